@@ -1,0 +1,66 @@
+// The two operations gpusnap exists for. The CLI, the agent and the tests all
+// call these; each reads as the numbered steps of DESIGN.md §2 and §3 in
+// src/snapshot/checkpoint.cc and restore.cc.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "gpusnap/snapshot.h"
+#include "gpusnap/status.h"
+#include "gpusnap/workload.h"
+
+namespace gpusnap {
+
+// A step of a long operation, reported as it finishes (or as it progresses,
+// for steps that move bytes).
+struct ProgressEvent {
+  std::string phase;     // "resolve", "dump", "publish", "verify", "restore", ...
+  double seconds = 0;    // time spent in the phase so far
+  uint64_t bytes = 0;    // bytes handled by the phase, 0 when not meaningful
+  bool done = false;
+};
+using ProgressFn = std::function<void(const ProgressEvent&)>;
+
+std::string DefaultStore();  // $GPUSNAP_STORE or /var/lib/gpusnap
+
+struct CheckpointOptions {
+  std::string target;           // a workload name or a pid
+  std::string store;            // default DefaultStore()
+  std::string id;               // default: generated from the name
+  bool leave_running = false;   // keep the source running after the dump
+  bool tcp_established = false; // dump established TCP connections too
+  std::string criu_bundle;      // default: found (criu/bundle.h)
+  int timeout_s = 600;          // deadline for the CRIU dump
+  bool verbose = false;         // CRIU log level 4
+  ProgressFn progress;
+};
+
+// Checkpoints the tree and publishes the snapshot atomically. On any failure
+// the source keeps running and no snapshot (not even a partial one) appears.
+// Errors: kNotFound (target), kIoError (store, disk), kExternal (CRIU, with
+// the Error lines of its log), kTimeout.
+Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options);
+
+struct RestoreOptions {
+  std::string id;               // REQUIRES: a snapshot in the store
+  std::string store;
+  std::string name;             // the restored workload's name; default: the source's name
+  std::string criu_bundle;
+  int timeout_s = 600;
+  bool verbose = false;
+  ProgressFn progress;
+};
+
+struct RestoreResult {
+  Workload workload;
+  std::map<std::string, double> timings_s;
+  std::string log;              // CRIU's restore log
+};
+
+// Verifies the snapshot, then restores it into a fresh pid + mount namespace.
+// A snapshot that fails verification is refused before anything starts.
+Result<RestoreResult> Restore(const RestoreOptions& options);
+
+}  // namespace gpusnap

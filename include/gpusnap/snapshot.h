@@ -1,0 +1,59 @@
+// The snapshot's metadata (gpusnap.json): the contract between checkpoint and
+// restore, and what `gpusnap ls` and `inspect` show. docs/snapshot-format.md
+// describes every field and its default for older snapshots.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpusnap/status.h"
+
+namespace gpusnap {
+
+// Major version: a reader refuses any other. Minor: fields added since, each
+// optional with a written default.
+inline constexpr int kSchemaMajor = 1;
+inline constexpr int kSchemaMinor = 0;
+
+struct SnapshotSource {
+  std::string kind;                // "workload" (started by `gpusnap run`) or "pid"
+  std::string name;                // workload name; empty for a bare pid
+  int host_pid = 0;                // the tree's root, as the host saw it
+  int ns_pid = 0;                  // the same task inside its pid namespace
+  std::vector<std::string> cmdline;
+  std::string log;                 // the workload's stdout/stderr file, if known
+};
+
+struct FileDigest {
+  uint64_t size = 0;
+  std::string sha256;
+};
+
+struct SnapshotMeta {
+  int schema_major = kSchemaMajor;
+  int schema_minor = kSchemaMinor;
+  std::string id;
+  std::string created;             // RFC 3339, UTC
+  std::string hostname;
+  std::string kernel;
+  SnapshotSource source;
+  std::string criu_version;
+  bool tcp_established = false;    // restore must pass the same option
+  std::vector<int> pids;           // every task in the tree (host pids at dump)
+  uint64_t total_bytes = 0;        // sum of the files below
+  std::map<std::string, FileDigest> files;      // path relative to the snapshot dir
+  std::map<std::string, double> timings_s;      // phase -> seconds
+};
+
+std::string SnapshotMetaToJson(const SnapshotMeta& meta);
+// Parses and validates; an unknown major version, a missing required field or
+// a wrong type is kCorruption naming the field.
+Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view json);
+
+// A snapshot id: 1-64 chars of [A-Za-z0-9._-], not starting with '.'.
+bool IsValidSnapshotId(std::string_view id);
+
+}  // namespace gpusnap

@@ -1,0 +1,23 @@
+#include <cstring>
+
+#include "cli/cli.h"
+#include "ns/reaper.h"
+
+int main(int argc, char** argv) {
+  // The namespace reaper is this binary too; it takes no part in the CLI.
+  if (argc > 1 && std::strcmp(argv[1], "__reaper") == 0) return gpusnap::ns::ReaperMain(argc - 2, argv + 2);
+
+  CLI::App app{"gpusnap: checkpoint and restore (GPU) process trees with CRIU"};
+  app.require_subcommand(1);
+  gpusnap::cli::Context ctx;
+  app.add_flag("--json", ctx.json, "Print results as JSON");
+  app.add_flag("-q,--quiet", ctx.quiet, "No progress lines");
+  gpusnap::cli::AddRun(app, ctx);
+  gpusnap::cli::AddPs(app, ctx);
+  gpusnap::cli::AddCheckpoint(app, ctx);
+  gpusnap::cli::AddRestore(app, ctx);
+  gpusnap::cli::AddSnapshots(app, ctx);
+  gpusnap::cli::AddVersion(app, ctx);
+  CLI11_PARSE(app, argc, argv);
+  return ctx.exit_code;
+}

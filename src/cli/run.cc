@@ -1,0 +1,43 @@
+#include <cstdio>
+
+#include "cli/cli.h"
+
+namespace gpusnap::cli {
+
+void AddPs(CLI::App& app, Context& ctx) {
+  auto* sub = app.add_subcommand("ps", "List workloads started by `gpusnap run` or restored");
+  sub->callback([&ctx] {
+    auto all = ListWorkloads();
+    if (!all.ok()) return ctx.Fail(all.status());
+    if (ctx.json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& w : *all) arr.push_back(ToJson(w));
+      return ctx.PrintJson(arr);
+    }
+    std::printf("%-24s %-8s %-8s %-24s %s\n", "NAME", "PID", "STATUS", "STARTED", "COMMAND");
+    for (const auto& w : *all) {
+      std::string cmd;
+      for (const auto& a : w.cmdline) cmd += (cmd.empty() ? "" : " ") + a;
+      std::printf("%-24s %-8d %-8s %-24s %s\n", w.name.c_str(), w.pid, w.running ? "running" : "exited",
+                  w.started.c_str(), cmd.c_str());
+    }
+  });
+}
+
+void AddRun(CLI::App& app, Context& ctx) {
+  auto* sub = app.add_subcommand(
+      "run", "Start a command in a new pid + mount namespace, detached, ready to be checkpointed");
+  auto opts = std::make_shared<RunOptions>();
+  sub->add_option("--name", opts->name, "Workload name (letters, digits, . _ -)")->required();
+  sub->add_option("--log", opts->log, "File for the command's stdout and stderr (default: <run dir>/logs/NAME.log)");
+  sub->add_option("command", opts->argv, "The command and its arguments (after --)")->required();
+  sub->footer("Example: gpusnap run --name counter -- python3 -u count.py\nPrints the workload's host pid.");
+  sub->callback([&ctx, opts] {
+    auto w = RunWorkload(*opts);
+    if (!w.ok()) return ctx.Fail(w.status().Wrap(fmt::format("run `{}`", opts->name)));
+    if (ctx.json) return ctx.PrintJson(ToJson(*w));
+    std::printf("%d\n", w->pid);
+  });
+}
+
+}  // namespace gpusnap::cli

@@ -1,0 +1,103 @@
+#include <cstdio>
+
+#include "cli/cli.h"
+#include "criu/bundle.h"
+#include "store/store.h"
+
+namespace gpusnap::cli {
+
+static std::string StoreOrDefault(const std::string& s) { return s.empty() ? DefaultStore() : s; }
+
+void AddSnapshots(CLI::App& app, Context& ctx) {
+  auto store_path = std::make_shared<std::string>();
+  const char* store_help = "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)";
+
+  auto* ls = app.add_subcommand("ls", "List snapshots");
+  ls->add_option("--store", *store_path, store_help);
+  ls->callback([&ctx, store_path] {
+    auto store = Store::Open(StoreOrDefault(*store_path), false);
+    std::vector<SnapshotMeta> all;
+    std::vector<std::string> warnings;
+    if (store.ok()) {
+      auto listed = store->List(&warnings);
+      if (!listed.ok()) return ctx.Fail(listed.status());
+      all = std::move(listed).value();
+    } else if (store.status().code() != Code::kNotFound) {
+      return ctx.Fail(store.status());
+    }
+    for (const auto& w : warnings) std::fprintf(stderr, "gpusnap: warning: %s\n", w.c_str());
+    if (ctx.json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& m : all)
+        arr.push_back({{"id", m.id}, {"created", m.created}, {"source", m.source.name}, {"total_bytes", m.total_bytes}});
+      return ctx.PrintJson(arr);
+    }
+    std::printf("%-48s %-25s %-10s %s\n", "ID", "CREATED", "SIZE", "SOURCE");
+    for (const auto& m : all)
+      std::printf("%-48s %-25s %-10s %s\n", m.id.c_str(), m.created.c_str(), HumanBytes(m.total_bytes).c_str(),
+                  m.source.name.empty() ? fmt::format("pid {}", m.source.host_pid).c_str() : m.source.name.c_str());
+  });
+
+  auto inspect_id = std::make_shared<std::string>();
+  auto verify = std::make_shared<bool>(false);
+  auto* inspect = app.add_subcommand("inspect", "Print a snapshot's metadata as JSON");
+  inspect->add_option("id", *inspect_id, "Snapshot id")->required();
+  inspect->add_option("--store", *store_path, store_help);
+  inspect->add_flag("--verify", *verify, "Also check every file against its digest");
+  inspect->callback([&ctx, store_path, inspect_id, verify] {
+    auto store = Store::Open(StoreOrDefault(*store_path), false);
+    if (!store.ok()) return ctx.Fail(store.status());
+    auto meta = store->Load(*inspect_id);
+    if (!meta.ok()) return ctx.Fail(meta.status());
+    if (*verify) {
+      if (Status st = store->Verify(*meta); !st.ok()) return ctx.Fail(st);
+      std::fprintf(stderr, "[inspect] %s: all %zu files match their digests\n", inspect_id->c_str(), meta->files.size());
+    }
+    std::printf("%s", SnapshotMetaToJson(*meta).c_str());
+  });
+
+  auto rm_ids = std::make_shared<std::vector<std::string>>();
+  auto* rm = app.add_subcommand("rm", "Remove snapshots");
+  rm->add_option("id", *rm_ids, "Snapshot ids")->required();
+  rm->add_option("--store", *store_path, store_help);
+  rm->callback([&ctx, store_path, rm_ids] {
+    auto store = Store::Open(StoreOrDefault(*store_path), false);
+    if (!store.ok()) return ctx.Fail(store.status());
+    for (const auto& id : *rm_ids) {
+      if (Status st = store->Remove(id); !st.ok()) return ctx.Fail(st);
+      if (!ctx.json) std::printf("%s\n", id.c_str());
+    }
+    ctx.PrintJson({{"removed", *rm_ids}});
+  });
+}
+
+void AddVersion(CLI::App& app, Context& ctx) {
+  auto criu_dir = std::make_shared<std::string>();
+  auto* sub = app.add_subcommand("version", "Print gpusnap's version and the CRIU it uses");
+  sub->add_option("--criu", *criu_dir, "CRIU bundle directory (default: found next to gpusnap)");
+  sub->callback([&ctx, criu_dir] {
+    nlohmann::json j = {{"gpusnap", GPUSNAP_VERSION}};
+    auto bundle = criu::FindBundle(*criu_dir);
+    if (bundle.ok()) {
+      j["criu"] = {{"bundle", bundle->dir}, {"version", bundle->version_line}};
+      auto features = criu::DetectFeatures(*bundle, true);
+      if (features.ok()) {
+        j["criu"]["runtime_version"] = fmt::format("{}.{}", features->version_major, features->version_minor);
+        j["criu"]["features"] = {{"network-lock-nftables", features->nftables}};
+      } else {
+        j["criu"]["error"] = features.status().message();
+      }
+    } else {
+      j["criu"] = {{"error", bundle.status().message()}};
+    }
+    if (ctx.json) return ctx.PrintJson(j);
+    std::printf("gpusnap %s\n", GPUSNAP_VERSION);
+    if (bundle.ok())
+      std::printf("criu: %s (bundle %s)\n", bundle->version_line.c_str(), bundle->dir.c_str());
+    else
+      std::printf("criu: not found: %s\n", bundle.status().message().c_str());
+    if (!bundle.ok()) ctx.exit_code = 1;
+  });
+}
+
+}  // namespace gpusnap::cli

@@ -1,0 +1,44 @@
+#include "criu/operation.h"
+
+#include "util/files.h"
+
+namespace gpusnap::criu {
+
+Result<criu_resp> Run(const Operation& op) {
+  const char* verb = op.type == DUMP ? "dump" : "restore";
+  GPUSNAP_ASSIGN_OR_RETURN(auto swrk, Swrk::Start({op.bundle, op.ns_holder, op.inherit_fds, op.ns_last_pid}));
+  criu_req req;
+  req.set_type(op.type);
+  *req.mutable_opts() = op.opts;
+  Status handler_status;
+  auto notify = [&](const std::string& script, int pid) {
+    Status st = op.on_notify ? op.on_notify(script, pid) : Status::Ok();
+    if (!st.ok() && handler_status.ok()) handler_status = st;
+    return st;
+  };
+  auto resp = swrk.Call(req, std::chrono::steady_clock::now() + op.timeout, notify);
+  int exit_status = resp.ok() ? swrk.Wait() : -1;
+  (void)exit_status;
+  if (!handler_status.ok()) return handler_status;
+  auto explain = [&](std::string head) {
+    auto log = ReadFile(op.log_path);
+    std::string lines = log.ok() ? ErrorLines(*log) : "";
+    if (!lines.empty()) head += "\n" + lines;
+    head += fmt::format("\n(CRIU log: {})", op.log_path);
+    return Status::Error(Code::kExternal, "{}", head);
+  };
+  if (!resp.ok()) {
+    if (resp.status().code() == Code::kTimeout)
+      return Status::Error(Code::kTimeout, "CRIU {} did not finish within {} s; it was stopped", verb, op.timeout.count());
+    return explain(fmt::format("CRIU {} failed: {}", verb, resp.status().message()));
+  }
+  if (!resp->success()) {
+    std::string why = resp->has_cr_errmsg() ? resp->cr_errmsg()
+                      : resp->has_cr_errno() ? Status::ErrnoText(resp->cr_errno())
+                                             : "see its log";
+    return explain(fmt::format("CRIU {} failed: {}", verb, why));
+  }
+  return resp;
+}
+
+}  // namespace gpusnap::criu

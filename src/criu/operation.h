@@ -1,0 +1,33 @@
+// One CRIU dump or restore, start to finish: start `criu swrk` in the right
+// namespace, send the request, answer its notifications, wait for it, and on
+// failure explain with the Error lines of CRIU's own log.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "criu/bundle.h"
+#include "criu/swrk.h"
+#include "gpusnap/status.h"
+
+namespace gpusnap::criu {
+
+struct Operation {
+  const Bundle* bundle = nullptr;  // REQUIRES: non-null
+  criu_req_type type = DUMP;       // DUMP or RESTORE
+  criu_opts opts;                  // from DumpOptions / RestoreOptions
+  pid_t ns_holder = 0;
+  int ns_last_pid = 0;
+  std::vector<int> inherit_fds;    // the images and work directory fds in opts
+  std::chrono::seconds timeout{600};
+  std::string log_path;            // CRIU's log as gpusnap can read it
+  NotifyHandler on_notify;
+};
+
+// kExternal when CRIU reports failure: "CRIU <verb> failed: <its message>"
+// followed by the Error lines of its log. A notify handler's own failure is
+// returned as is (it is the real cause).
+Result<criu_resp> Run(const Operation& op);
+
+}  // namespace gpusnap::criu

@@ -1,0 +1,50 @@
+#include "criu/options.h"
+
+namespace gpusnap::criu {
+
+namespace {
+// Deleted-but-open files are stored whole in the images; CRIU's 1 MiB default
+// refuses ordinary scratch files.
+constexpr uint32_t kGhostLimitBytes = 256u << 20;
+
+// Level 2 keeps errors and warnings: what a failure report needs, without the
+// cost of logging every page at level 4.
+int LogLevel(bool verbose) { return verbose ? 4 : 2; }
+
+void Common(criu_opts& o, int images_dir_fd, int work_dir_fd, const std::string& log_file, bool verbose,
+            bool tcp_established, bool shell_job, const Features& features) {
+  o.set_images_dir_fd(images_dir_fd);
+  o.set_work_dir_fd(work_dir_fd);
+  o.set_log_file(log_file);
+  o.set_log_level(LogLevel(verbose));
+  o.set_shell_job(shell_job);
+  o.set_file_locks(true);
+  o.set_ghost_limit(kGhostLimitBytes);
+  // gpusnap acts at post-dump / post-restore while the tree is still frozen.
+  o.set_notify_scripts(true);
+  if (tcp_established) {
+    o.set_tcp_established(true);
+    // Established connections are kept quiet by a network lock while frozen;
+    // nftables needs no iptables binary on the host.
+    if (features.nftables) o.set_network_lock(NFTABLES);
+  }
+}
+}  // namespace
+
+criu_opts DumpOptions(const DumpPlan& plan, const Features& features) {
+  criu_opts o;
+  Common(o, plan.images_dir_fd, plan.work_dir_fd, plan.log_file, plan.verbose, plan.tcp_established, plan.shell_job,
+         features);
+  o.set_pid(plan.root_pid);
+  o.set_leave_running(plan.leave_running);
+  return o;
+}
+
+criu_opts RestoreOptions(const RestorePlan& plan, const Features& features) {
+  criu_opts o;
+  Common(o, plan.images_dir_fd, plan.work_dir_fd, plan.log_file, plan.verbose, plan.tcp_established, plan.shell_job,
+         features);
+  return o;
+}
+
+}  // namespace gpusnap::criu

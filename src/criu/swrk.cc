@@ -1,0 +1,241 @@
+#include "criu/swrk.h"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <sstream>
+
+#include "util/fd.h"
+
+namespace gpusnap::criu {
+
+namespace {
+
+// Largest RPC message we expect from CRIU; its own limit is far smaller.
+constexpr size_t kMaxMessage = 1 << 20;
+
+bool SendFd(int over, int fd) {
+  char dummy = 'F';
+  iovec iov{&dummy, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  return ::sendmsg(over, &msg, MSG_NOSIGNAL) == 1;
+}
+
+int RecvFd(int over) {
+  char dummy;
+  iovec iov{&dummy, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  if (::recvmsg(over, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
+  int fd;
+  std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  return fd;
+}
+
+// The launcher's grandchild, inside the target namespaces. Only
+// async-signal-safe calls: we were forked from a multi-threaded process.
+[[noreturn]] void ExecCriu(int ctl, int sock_fd_number, const std::vector<int>& keep, const char* ns_last_pid,
+                           char* const* argv) {
+  if (ns_last_pid) {
+    int fd = ::open("/proc/sys/kernel/ns_last_pid", O_WRONLY);
+    if (fd < 0 || ::write(fd, ns_last_pid, std::strlen(ns_last_pid)) < 0) _exit(126);
+    ::close(fd);
+  }
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) != 0) _exit(126);
+  if (!SendFd(ctl, sv[1])) _exit(126);
+  ::close(sv[1]);
+  if (sv[0] != sock_fd_number) {
+    if (::dup2(sv[0], sock_fd_number) < 0) _exit(126);
+    ::close(sv[0]);
+  }
+  int devnull = ::open("/dev/null", O_RDWR);
+  if (devnull >= 0) {
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+  }
+  ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  ::fcntl(sock_fd_number, F_SETFD, 0);
+  for (int fd : keep) ::fcntl(fd, F_SETFD, 0);
+  ::execv(argv[0], argv);
+  _exit(127);
+}
+
+}  // namespace
+
+Result<Swrk> Swrk::Start(const SwrkLaunch& launch) {
+  int ctl[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) return Status::Errno(errno, "socketpair");
+  UniqueFd ctl_ours(ctl[0]), ctl_theirs(ctl[1]);
+
+  UniqueFd pid_ns, mnt_ns;
+  if (launch.ns_holder > 0) {
+    std::string base = "/proc/" + std::to_string(launch.ns_holder) + "/ns/";
+    pid_ns.Reset(::open((base + "pid").c_str(), O_RDONLY | O_CLOEXEC));
+    mnt_ns.Reset(::open((base + "mnt").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!pid_ns.valid() || !mnt_ns.valid())
+      return Status::Errno(errno, "opening the namespaces of pid {}", launch.ns_holder);
+  }
+
+  int sock_fd_number = std::max(ctl[1], 3) + 1;
+  for (int fd : launch.inherit_fds) sock_fd_number = std::max(sock_fd_number, fd + 1);
+  std::vector<std::string> args = launch.bundle->Argv({"swrk", std::to_string(sock_fd_number)});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::string last_pid = launch.ns_last_pid > 0 ? std::to_string(launch.ns_last_pid) : "";
+  const char* last_pid_c = last_pid.empty() ? nullptr : last_pid.c_str();
+  pid_t parent = ::getpid();
+
+  pid_t launcher = ::fork();
+  if (launcher < 0) return Status::Errno(errno, "fork");
+  if (launcher == 0) {
+    // If gpusnap dies, the launcher goes with it; CRIU itself lives on, sees
+    // its socket close and rolls back on its own.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) _exit(125);
+    if (pid_ns.valid()) {
+      if (::setns(pid_ns.get(), CLONE_NEWPID) != 0 || ::setns(mnt_ns.get(), CLONE_NEWNS) != 0 || ::chdir("/") != 0)
+        _exit(124);
+    }
+    pid_t criu = ::fork();
+    if (criu < 0) _exit(123);
+    if (criu == 0) ExecCriu(ctl[1], sock_fd_number, launch.inherit_fds, last_pid_c, argv.data());
+    int wstatus = 0;
+    while (::waitpid(criu, &wstatus, 0) < 0 && errno == EINTR) {
+    }
+    _exit(WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus));
+  }
+  ctl_theirs.Reset();
+
+  Swrk s;
+  s.launcher_pid_ = launcher;
+  pollfd p{ctl_ours.get(), POLLIN, 0};
+  int ready = ::poll(&p, 1, 30000);
+  int sock = ready > 0 ? RecvFd(ctl_ours.get()) : -1;
+  if (sock < 0) {
+    int wstatus = 0;
+    ::kill(launcher, SIGKILL);
+    ::waitpid(launcher, &wstatus, 0);
+    int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+    s.launcher_pid_ = -1;
+    const char* why = code == 124   ? "could not enter the workload's namespaces"
+                      : code == 126 ? "could not prepare its socket or ns_last_pid"
+                                    : "did not start";
+    return Status::Error(Code::kExternal, "starting CRIU (`{}`): {} (launcher status {})", launch.bundle->criu, why,
+                         code);
+  }
+  s.sock_ = sock;
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) s.criu_pid_ = cred.pid;
+  return s;
+}
+
+Swrk::Swrk(Swrk&& o) noexcept
+    : sock_(std::exchange(o.sock_, -1)),
+      launcher_pid_(std::exchange(o.launcher_pid_, -1)),
+      criu_pid_(std::exchange(o.criu_pid_, -1)) {}
+
+Swrk::~Swrk() {
+  if (sock_ >= 0) ::close(sock_);
+  if (launcher_pid_ > 0) {
+    // Closing the socket makes a CRIU waiting on us roll back and exit; one
+    // that is stuck elsewhere is killed after a grace period.
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(launcher_pid_, nullptr, WNOHANG) == launcher_pid_) return;
+      ::usleep(50 * 1000);
+    }
+    if (criu_pid_ > 0) ::kill(criu_pid_, SIGKILL);
+    ::waitpid(launcher_pid_, nullptr, 0);
+  }
+}
+
+Result<criu_resp> Swrk::Call(const criu_req& req, std::chrono::steady_clock::time_point deadline,
+                             const NotifyHandler& on_notify) {
+  auto send = [&](const criu_req& r) -> Status {
+    std::string wire;
+    if (!r.SerializeToString(&wire)) return Status::Error(Code::kInternal, "serializing a CRIU request");
+    if (::send(sock_, wire.data(), wire.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(wire.size()))
+      return Status::Errno(errno, "sending a request to CRIU");
+    return Status::Ok();
+  };
+  GPUSNAP_RETURN_IF_ERROR(send(req));
+  std::vector<char> buf(kMaxMessage);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      if (criu_pid_ > 0) ::kill(criu_pid_, SIGKILL);
+      return Status::Error(Code::kTimeout, "CRIU did not answer before the deadline; it was stopped");
+    }
+    pollfd p{sock_, POLLIN, 0};
+    int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    if (r < 0 && errno != EINTR) return Status::Errno(errno, "waiting for CRIU");
+    if (r <= 0) continue;
+    ssize_t n = ::recv(sock_, buf.data(), buf.size(), 0);
+    if (n < 0) return Status::Errno(errno, "reading from CRIU");
+    if (n == 0) return Status::Error(Code::kExternal, "CRIU exited without answering");
+    criu_resp resp;
+    if (!resp.ParseFromArray(buf.data(), static_cast<int>(n)))
+      return Status::Error(Code::kExternal, "CRIU sent a message gpusnap cannot parse ({} bytes)", n);
+    if (resp.type() != NOTIFY) return resp;
+    Status st = on_notify ? on_notify(resp.notify().script(), resp.notify().pid()) : Status::Ok();
+    criu_req ack;
+    ack.set_type(NOTIFY);
+    ack.set_notify_success(st.ok());
+    GPUSNAP_RETURN_IF_ERROR(send(ack));
+  }
+}
+
+int Swrk::Wait() {
+  if (launcher_pid_ <= 0) return -1;
+  int wstatus = 0;
+  while (::waitpid(launcher_pid_, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  launcher_pid_ = -1;
+  return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+}
+
+std::string ErrorLines(const std::string& log_text, size_t max) {
+  std::deque<std::string> lines;
+  std::istringstream in(log_text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("Error") == std::string::npos) continue;
+    lines.push_back(line);
+    if (lines.size() > max) lines.pop_front();
+  }
+  std::string out;
+  for (const auto& l : lines) out += (out.empty() ? "" : "\n") + l;
+  return out;
+}
+
+}  // namespace gpusnap::criu

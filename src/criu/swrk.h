@@ -1,0 +1,70 @@
+// A CRIU process in service-worker mode (`criu swrk <fd>`), driven over its
+// RPC socket (rpc.proto).
+//
+// CRIU runs inside the pid and mount namespace of a given holder process (the
+// workload's reaper), because a tree is dumped from inside its own namespace
+// and restored into a fresh one (FACTS.md). The RPC socket is created by the
+// process that becomes CRIU, so CRIU's SO_PEERCRED lookup of the images
+// directory fd (/proc/<peer>/fd/<n>) resolves to its own descriptor.
+//
+// Lifetime: the destructor kills a CRIU still running and reaps it.
+// Thread-safety: one thread at a time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "criu/bundle.h"
+#include "gpusnap/status.h"
+#include "rpc.pb.h"
+
+namespace gpusnap::criu {
+
+struct SwrkLaunch {
+  const Bundle* bundle = nullptr;   // REQUIRES: non-null, outlives the Swrk
+  pid_t ns_holder = 0;              // enter this pid's pid+mnt namespaces; 0 = stay
+  std::vector<int> inherit_fds;     // descriptors CRIU must inherit, same numbers
+  // If > 0, written to the namespace's /proc/sys/kernel/ns_last_pid before
+  // CRIU starts, so CRIU's own helpers do not take the pids it must restore.
+  int ns_last_pid = 0;
+};
+
+// Called for each notification (post-dump, post-restore, ...). CRIU waits for
+// the answer: a non-OK status makes CRIU fail the operation and roll back.
+using NotifyHandler = std::function<Status(const std::string& script, int pid)>;
+
+class Swrk {
+ public:
+  static Result<Swrk> Start(const SwrkLaunch& launch);
+  Swrk(Swrk&&) noexcept;
+  Swrk& operator=(Swrk&&) = delete;
+  ~Swrk();
+
+  // Sends `req` and answers notifications until the final response or the
+  // deadline. On timeout CRIU is killed (kTimeout). The response may report
+  // failure (resp.success() false); the caller turns that into a Status with
+  // the log's Error lines (ErrorLines below).
+  Result<criu_resp> Call(const criu_req& req, std::chrono::steady_clock::time_point deadline,
+                         const NotifyHandler& on_notify);
+
+  // Waits for CRIU to exit (after the final response). Returns its exit status.
+  int Wait();
+
+  pid_t host_pid() const { return criu_pid_; }
+
+ private:
+  Swrk() = default;
+  int sock_ = -1;
+  pid_t launcher_pid_ = -1;  // our child, which waits for CRIU
+  pid_t criu_pid_ = -1;      // CRIU as the host sees it
+};
+
+// The `Error` lines of a CRIU log (at most `max`, the last ones), for error
+// messages: CRIU's reason, not just "failed".
+std::string ErrorLines(const std::string& log_text, size_t max = 6);
+
+}  // namespace gpusnap::criu

@@ -1,0 +1,41 @@
+// Facts about processes, read from /proc. Every function is a read; none
+// changes a process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpusnap/status.h"
+
+namespace gpusnap::proc {
+
+struct Stat {
+  pid_t pid = 0;
+  char state = '?';
+  pid_t ppid = 0;
+  pid_t session = 0;
+  uint64_t start_time = 0;  // clock ticks since boot: with the pid, identifies a process
+};
+
+// kNotFound if the process does not exist (or is gone by the time it is read).
+Result<Stat> ReadStat(pid_t pid);
+bool Exists(pid_t pid);
+// True if `pid` still names the process that started at `start_time`.
+bool IsSameProcess(pid_t pid, uint64_t start_time);
+
+// Direct children of every thread of `pid`.
+std::vector<pid_t> Children(pid_t pid);
+// `pid` and all its descendants, parents before children.
+std::vector<pid_t> Tree(pid_t pid);
+
+// The pid in each nested pid namespace, outermost first (/proc/<pid>/status NSpid).
+Result<std::vector<pid_t>> NsPids(pid_t pid);
+std::vector<std::string> Cmdline(pid_t pid);
+
+// The namespace identity (inode of /proc/<pid>/ns/<kind>), 0 if unreadable.
+uint64_t NamespaceId(pid_t pid, const char* kind);
+
+}  // namespace gpusnap::proc

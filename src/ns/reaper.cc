@@ -1,0 +1,239 @@
+#include "ns/reaper.h"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "ns/proc.h"
+
+namespace gpusnap::ns {
+
+namespace {
+
+// Status lines on the pipe from the namespace to SpawnReaper:
+//   reaper <host pid>          (from the intermediate child)
+//   workload <ns pid>          (from the reaper: the workload was exec'd)
+//   ready                      (hold mode)
+//   error <errno> <what>       (from either)
+void Report(int fd, const char* text) {
+  if (fd >= 0) (void)!::write(fd, text, std::strlen(text));
+}
+
+void ReportError(int fd, const char* what, int err) {
+  char line[256];
+  std::snprintf(line, sizeof line, "error %d %s\n", err, what);
+  Report(fd, line);
+}
+
+[[noreturn]] void RunWorkload(char** argv, const char* log_path, int errpipe) {
+  ::setsid();
+  int log = ::open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+  int null = ::open("/dev/null", O_RDONLY);
+  if (log < 0 || null < 0) {
+    int err = errno;
+    (void)!::write(errpipe, &err, sizeof err);
+    _exit(126);
+  }
+  ::dup2(null, 0);
+  ::dup2(log, 1);
+  ::dup2(log, 2);
+  // Nothing from gpusnap may leak into the workload: CRIU would have to dump it.
+  ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  ::fcntl(errpipe, F_SETFD, FD_CLOEXEC);
+  ::signal(SIGCHLD, SIG_DFL);
+  ::execvp(argv[0], argv);
+  int err = errno;
+  (void)!::write(errpipe, &err, sizeof err);
+  _exit(127);
+}
+
+}  // namespace
+
+int ReaperMain(int argc, char** argv) {
+  int status_fd = -1, hold_fd = -1;
+  const char* log_path = "/dev/null";
+  int i = 0;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--status-fd" && i + 1 < argc) status_fd = std::atoi(argv[++i]);
+    else if (a == "--hold-fd" && i + 1 < argc) hold_fd = std::atoi(argv[++i]);
+    else if (a == "--log" && i + 1 < argc) log_path = argv[++i];
+    else if (a == "--") { ++i; break; }
+  }
+  ::prctl(PR_SET_NAME, "gpusnap-reaper");
+  if (i < argc) {
+    int errpipe[2];
+    if (::pipe2(errpipe, O_CLOEXEC) != 0) {
+      ReportError(status_fd, "pipe", errno);
+      return 1;
+    }
+    pid_t w = ::fork();
+    if (w < 0) {
+      ReportError(status_fd, "fork", errno);
+      return 1;
+    }
+    if (w == 0) RunWorkload(argv + i, log_path, errpipe[1]);
+    ::close(errpipe[1]);
+    int err = 0;
+    if (::read(errpipe[0], &err, sizeof err) == sizeof err) {
+      ReportError(status_fd, argv[i], err);
+      ::waitpid(w, nullptr, 0);
+      return 1;
+    }
+    ::close(errpipe[0]);
+    char line[64];
+    std::snprintf(line, sizeof line, "workload %d\n", w);
+    Report(status_fd, line);
+  } else {
+    Report(status_fd, "ready\n");
+  }
+  if (status_fd >= 0) ::close(status_fd);
+
+  // Reap until nothing is left. In hold mode, an empty namespace is expected
+  // while the caller still holds us (CRIU has not restored the tree yet).
+  for (;;) {
+    int wstatus;
+    pid_t p = ::waitpid(-1, &wstatus, 0);
+    if (p > 0 || errno == EINTR) continue;
+    if (hold_fd < 0) return 0;
+    pollfd pfd{hold_fd, POLLIN, 0};
+    if (::poll(&pfd, 1, 200) > 0) {
+      char c;
+      if (::read(hold_fd, &c, 1) <= 0) {
+        ::close(hold_fd);
+        hold_fd = -1;
+      }
+    }
+  }
+}
+
+Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec) {
+  std::error_code ec;
+  std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return Status::Errno(ec.value(), "finding the gpusnap binary");
+
+  int status_pipe[2], hold_pipe[2] = {-1, -1};
+  if (::pipe2(status_pipe, O_CLOEXEC) != 0) return Status::Errno(errno, "pipe");
+  UniqueFd status_rd(status_pipe[0]), status_wr(status_pipe[1]);
+  UniqueFd hold_rd, hold_wr;
+  bool hold_mode = spec.workload_argv.empty();
+  if (hold_mode) {
+    if (::pipe2(hold_pipe, O_CLOEXEC) != 0) return Status::Errno(errno, "pipe");
+    hold_rd.Reset(hold_pipe[0]);
+    hold_wr.Reset(hold_pipe[1]);
+  }
+
+  std::vector<std::string> args{self, "__reaper", "--status-fd", std::to_string(status_wr.get())};
+  if (hold_mode) {
+    args.insert(args.end(), {"--hold-fd", std::to_string(hold_rd.get())});
+  } else {
+    args.insert(args.end(), {"--log", spec.log_path, "--"});
+    args.insert(args.end(), spec.workload_argv.begin(), spec.workload_argv.end());
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int keep_status = status_wr.get(), keep_hold = hold_rd.get();
+
+  pid_t mid = ::fork();
+  if (mid < 0) return Status::Errno(errno, "fork");
+  if (mid == 0) {
+    // Only async-signal-safe calls from here: the parent may have threads.
+    if (::unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) {
+      ReportError(keep_status, "unshare(CLONE_NEWPID|CLONE_NEWNS)", errno);
+      _exit(1);
+    }
+    pid_t reaper = ::fork();
+    if (reaper < 0) {
+      ReportError(keep_status, "fork", errno);
+      _exit(1);
+    }
+    if (reaper == 0) {
+      ::setsid();
+      if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+          ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+        ReportError(keep_status, "mounting /proc in the new namespace", errno);
+        _exit(1);
+      }
+      int null = ::open("/dev/null", O_RDWR);
+      if (null >= 0) {
+        ::dup2(null, 0);
+        ::dup2(null, 1);
+        ::dup2(null, 2);
+      }
+      ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+      ::fcntl(keep_status, F_SETFD, 0);
+      if (keep_hold >= 0) ::fcntl(keep_hold, F_SETFD, 0);
+      ::execv(argv[0], argv.data());
+      ReportError(keep_status, "exec of the reaper", errno);
+      _exit(1);
+    }
+    char line[64];
+    std::snprintf(line, sizeof line, "reaper %d\n", reaper);
+    Report(keep_status, line);
+    _exit(0);
+  }
+  status_wr.Reset();
+  hold_rd.Reset();
+  ::waitpid(mid, nullptr, 0);
+
+  std::string text;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::read(status_rd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  SpawnedReaper out;
+  int ns_workload = 0;
+  bool ready = false;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    if (word == "reaper") {
+      in >> out.reaper_pid;
+    } else if (word == "workload") {
+      in >> ns_workload;
+    } else if (word == "ready") {
+      ready = true;
+    } else if (word == "error") {
+      int err = 0;
+      std::string what;
+      in >> err;
+      std::getline(in, what);
+      if (!what.empty() && what[0] == ' ') what.erase(0, 1);
+      if (!hold_mode && what == spec.workload_argv[0])
+        return Status::Errno(err, "cannot start `{}`", what);
+      return Status::Errno(err, "starting the workload's namespace ({})", what);
+    }
+  }
+  if (out.reaper_pid <= 0 || (!ready && ns_workload <= 0))
+    return Status::Error(Code::kExternal, "the workload's namespace did not start (status: `{}`)", text);
+  if (!hold_mode) {
+    // The workload is the reaper's only child; find its host pid.
+    for (int tries = 0; tries < 200 && out.workload_pid == 0; ++tries) {
+      for (pid_t c : proc::Children(out.reaper_pid)) out.workload_pid = c;
+      if (out.workload_pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (out.workload_pid == 0)
+      return Status::Error(Code::kExternal, "the workload exited immediately; see its log `{}`", spec.log_path);
+  }
+  out.hold = std::move(hold_wr);
+  return out;
+}
+
+}  // namespace gpusnap::ns

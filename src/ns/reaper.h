@@ -1,0 +1,46 @@
+// A pid + mount namespace of its own, whose pid 1 is a small reaper (the
+// gpusnap binary run as `gpusnap __reaper`).
+//
+// Why: CRIU dumps a tree cleanly from inside its own namespace and restores it
+// into a fresh one without pid collisions (FACTS.md, the verified recipe).
+// The namespace has a private /proc (CUDA needs it), and no descriptor from
+// outside is left open inside it.
+//
+// Two uses:
+//  - run: the reaper starts the workload as a session leader (pid 2) with
+//    stdio on a log file, then reaps until the workload's tree is gone;
+//  - hold: the reaper starts nothing and stays while the caller holds `hold`
+//    open, so CRIU can restore a tree into the namespace. Once `hold` closes
+//    and no child is left, the reaper exits and the namespace with it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "gpusnap/status.h"
+#include "util/fd.h"
+
+namespace gpusnap::ns {
+
+struct ReaperSpec {
+  std::vector<std::string> workload_argv;  // empty: hold mode
+  std::string log_path;                    // REQUIRES (run): absolute; opened for append
+};
+
+struct SpawnedReaper {
+  pid_t reaper_pid = 0;    // as the host sees it
+  pid_t workload_pid = 0;  // as the host sees it; 0 in hold mode
+  UniqueFd hold;           // hold mode only
+};
+
+// Starts the namespace. The reaper is not our child: it outlives gpusnap.
+// Errors: kNotFound when the workload's program cannot be executed (errno
+// kept), kIoError when the log cannot be opened, kExternal otherwise.
+Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec);
+
+// The reaper's own main (argv after "__reaper"). Never returns on success.
+int ReaperMain(int argc, char** argv);
+
+}  // namespace gpusnap::ns

@@ -1,0 +1,177 @@
+// The checkpoint, as DESIGN.md §2 tells it (the CPU steps; GPU steps join here).
+//
+// 1. Resolve the target to a process tree and the namespace CRIU must enter.
+// 2. Start a snapshot in the store (.tmp-<id>, locked by us).
+// 3. CRIU dumps the tree from inside its namespace.
+// 4. At CRIU's post-dump notification, while the tree is still frozen,
+//    publish the snapshot (digests, fsync, rename). Only after we answer does
+//    CRIU kill the tree (or, with --leave-running, resume it). A failure or a
+//    crash before that answer makes CRIU resume the tree: the source is never
+//    lost, and no half snapshot is ever visible.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "criu/bundle.h"
+#include "criu/operation.h"
+#include "criu/options.h"
+#include "gpusnap/operations.h"
+#include "snapshot/container_files.h"
+#include "snapshot/format.h"
+#include "snapshot/target.h"
+#include "store/store.h"
+#include "util/fd.h"
+#include "util/files.h"
+#include "util/test_hooks.h"
+
+namespace gpusnap {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+class Phases {
+ public:
+  explicit Phases(const ProgressFn& progress) : progress_(progress) {}
+  void Start(const std::string& phase) {
+    phase_ = phase;
+    start_ = Clock::now();
+  }
+  void Done(uint64_t bytes = 0) {
+    double s = SecondsSince(start_);
+    timings_[phase_] = s;
+    if (progress_) progress_({phase_, s, bytes, true});
+  }
+  std::map<std::string, double>& timings() { return timings_; }
+
+ private:
+  const ProgressFn& progress_;
+  std::string phase_;
+  Clock::time_point start_;
+  std::map<std::string, double> timings_;
+};
+
+SnapshotMeta DescribeSource(const Target& t, const std::string& id, const std::string& criu_version, bool tcp) {
+  SnapshotMeta m;
+  m.id = id;
+  m.created = NowRfc3339();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  m.hostname = host;
+  struct utsname u{};
+  if (::uname(&u) == 0) m.kernel = u.release;
+  m.source.kind = t.name.empty() ? "pid" : "workload";
+  m.source.name = t.name;
+  m.source.host_pid = t.host_pid;
+  m.source.ns_pid = t.ns_pid;
+  m.source.cmdline = t.cmdline;
+  m.source.log = t.log;
+  m.criu_version = criu_version;
+  m.tcp_established = tcp;
+  m.pids.assign(t.tree.begin(), t.tree.end());
+  return m;
+}
+
+}  // namespace
+
+std::string DefaultStore() {
+  const char* env = std::getenv("GPUSNAP_STORE");
+  return env && *env ? env : "/var/lib/gpusnap";
+}
+
+Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
+  Phases phases(options.progress);
+  auto total_start = Clock::now();
+
+  // 1. The tree and CRIU.
+  phases.Start("resolve");
+  GPUSNAP_ASSIGN_OR_RETURN(auto target, ResolveTarget(options.target));
+  GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
+  GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, options.tcp_established));
+  phases.Done();
+
+  // 2. A private, locked directory in the store; stale ones of crashed runs go.
+  GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(options.store.empty() ? DefaultStore() : options.store, true));
+  store.CleanStaleTemporaries();
+  std::string id = options.id.empty() ? NewSnapshotId(target.name.empty() ? "pid" + std::to_string(target.host_pid)
+                                                                         : target.name)
+                                      : options.id;
+  GPUSNAP_ASSIGN_OR_RETURN(auto pending, store.Begin(id));
+  SnapshotMeta meta = DescribeSource(target, id, fmt::format("{}.{}", features.version_major, features.version_minor),
+                                     options.tcp_established);
+  GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kConfigDump, ConfigDumpJson(meta, target.started)));
+  GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kSpecDump, SpecDumpJson(meta)));
+  std::string images = pending.dir() + "/" + format::kCheckpointDir;
+  if (::mkdir(images.c_str(), 0700) != 0) return Status::Errno(errno, "creating `{}`", images);
+  UniqueFd images_fd(::open(images.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd work_fd(::open(pending.dir().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!images_fd.valid() || !work_fd.valid()) return Status::Errno(errno, "opening `{}`", images);
+
+  // 3. The dump.
+  criu::DumpPlan plan;
+  plan.root_pid = target.ns_pid;
+  plan.images_dir_fd = images_fd.get();
+  plan.work_dir_fd = work_fd.get();
+  plan.log_file = format::kDumpLog;
+  plan.leave_running = options.leave_running;
+  plan.tcp_established = options.tcp_established;
+  plan.shell_job = target.shell_job;
+  plan.verbose = options.verbose;
+
+  criu::Operation dump;
+  dump.bundle = &bundle;
+  dump.type = DUMP;
+  dump.opts = criu::DumpOptions(plan, features);
+  dump.ns_holder = target.ns_holder;
+  dump.inherit_fds = {images_fd.get(), work_fd.get()};
+  dump.timeout = std::chrono::seconds(options.timeout_s);
+  dump.log_path = pending.dir() + "/" + format::kDumpLog;
+
+  // 4. Publish while the tree is frozen.
+  bool published = false;
+  dump.on_notify = [&](const std::string& script, int) -> Status {
+    if (script != "post-dump") return Status::Ok();
+    phases.Done(0);
+    PauseIfRequested("post-dump");
+    phases.Start("publish");
+    meta.timings_s = phases.timings();
+    Status st = pending.Publish(meta);
+    if (!st.ok()) return st.Wrap("publishing the snapshot");
+    published = true;
+    phases.Done(meta.total_bytes);
+    PauseIfRequested("published");
+    return Status::Ok();
+  };
+  PauseIfRequested("dump");
+  phases.Start("dump");
+  auto resp = criu::Run(dump);
+  if (!resp.ok()) {
+    if (published) {
+      // The snapshot is whole; only the source's fate is in question.
+      return resp.status().Wrap(fmt::format("snapshot `{}` was published, but CRIU then failed", id));
+    }
+    // Keep CRIU's log of a failed dump where the user can read it.
+    std::string kept = store.root() + "/logs/" + id + ".dump.log";
+    if (MakeDirs(store.root() + "/logs").ok()) {
+      std::error_code ec;
+      std::filesystem::copy_file(dump.log_path, kept, ec);
+    }
+    std::string msg = resp.status().message();
+    auto pos = msg.find(dump.log_path);
+    if (pos != std::string::npos) msg.replace(pos, dump.log_path.size(), kept);
+    return Status::Error(resp.status().code(), "checkpoint of `{}` failed: {}", options.target, msg);
+  }
+  if (!published) return Status::Error(Code::kInternal, "CRIU finished the dump without a post-dump notification");
+  meta.timings_s = phases.timings();
+  meta.timings_s["total"] = SecondsSince(total_start);
+  return meta;
+}
+
+}  // namespace gpusnap

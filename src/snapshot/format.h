@@ -1,0 +1,19 @@
+// The one place that names the files inside a snapshot directory
+// (<store>/snapshots/<id>/). Layout, DESIGN.md §4:
+//
+//   gpusnap.json     metadata and the SHA-256 of every other file
+//   checkpoint/      CRIU images      ┐ the Kubernetes/CRI-O/Podman
+//   config.dump      container config │ checkpoint archive layout, so
+//   spec.dump        OCI runtime spec ┘ checkpointctl reads it
+//   dump.log         CRIU's log of the dump
+#pragma once
+
+namespace gpusnap::format {
+
+inline constexpr const char* kMetaFile = "gpusnap.json";
+inline constexpr const char* kCheckpointDir = "checkpoint";
+inline constexpr const char* kConfigDump = "config.dump";
+inline constexpr const char* kSpecDump = "spec.dump";
+inline constexpr const char* kDumpLog = "dump.log";
+
+}  // namespace gpusnap::format

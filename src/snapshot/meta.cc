@@ -1,0 +1,129 @@
+#include <nlohmann/json.hpp>
+
+#include "gpusnap/snapshot.h"
+
+namespace gpusnap {
+
+using nlohmann::json;
+
+bool IsValidSnapshotId(std::string_view id) {
+  if (id.empty() || id.size() > 64 || id[0] == '.') return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string SnapshotMetaToJson(const SnapshotMeta& m) {
+  json files = json::object();
+  for (const auto& [path, d] : m.files) files[path] = {{"size", d.size}, {"sha256", d.sha256}};
+  json j = {
+      {"schema_version", fmt::format("{}.{}", m.schema_major, m.schema_minor)},
+      {"id", m.id},
+      {"created", m.created},
+      {"hostname", m.hostname},
+      {"kernel", m.kernel},
+      {"source",
+       {{"kind", m.source.kind},
+        {"name", m.source.name},
+        {"host_pid", m.source.host_pid},
+        {"ns_pid", m.source.ns_pid},
+        {"cmdline", m.source.cmdline},
+        {"log", m.source.log}}},
+      {"criu", {{"version", m.criu_version}, {"tcp_established", m.tcp_established}}},
+      {"pids", m.pids},
+      {"total_bytes", m.total_bytes},
+      {"files", files},
+      {"timings_s", m.timings_s},
+  };
+  return j.dump(2) + "\n";
+}
+
+namespace {
+
+// Reads j[key] as T, or records why not. Keeps parsing readable below.
+class Reader {
+ public:
+  template <typename T>
+  void Get(const json& j, const char* key, T& out, bool required = true) {
+    if (!failure_.empty()) return;
+    auto it = j.find(key);
+    if (it == j.end()) {
+      if (required) failure_ = fmt::format("missing field `{}`", key);
+      return;
+    }
+    try {
+      out = it->get<T>();
+    } catch (const json::exception&) {
+      failure_ = fmt::format("field `{}` has the wrong type ({})", key, it->type_name());
+    }
+  }
+  const json* Object(const json& j, const char* key) {
+    if (!failure_.empty()) return nullptr;
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_object()) {
+      failure_ = fmt::format("missing object `{}`", key);
+      return nullptr;
+    }
+    return &*it;
+  }
+  std::string failure_;
+};
+
+}  // namespace
+
+Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return Status::Error(Code::kCorruption, "metadata is not a JSON object");
+  SnapshotMeta m;
+  Reader r;
+  std::string version;
+  r.Get(j, "schema_version", version);
+  if (!r.failure_.empty()) return Status::Error(Code::kCorruption, "metadata: {}", r.failure_);
+  if (std::sscanf(version.c_str(), "%d.%d", &m.schema_major, &m.schema_minor) != 2)
+    return Status::Error(Code::kCorruption, "metadata: schema_version `{}` is not MAJOR.MINOR", version);
+  if (m.schema_major != kSchemaMajor)
+    return Status::Error(Code::kNotSupported, "snapshot schema version {} is not supported (this gpusnap reads {}.x)",
+                         version, kSchemaMajor);
+  r.Get(j, "id", m.id);
+  r.Get(j, "created", m.created);
+  r.Get(j, "hostname", m.hostname, false);
+  r.Get(j, "kernel", m.kernel, false);
+  if (const json* s = r.Object(j, "source")) {
+    r.Get(*s, "kind", m.source.kind);
+    r.Get(*s, "name", m.source.name, false);
+    r.Get(*s, "host_pid", m.source.host_pid);
+    r.Get(*s, "ns_pid", m.source.ns_pid);
+    r.Get(*s, "cmdline", m.source.cmdline, false);
+    r.Get(*s, "log", m.source.log, false);
+  }
+  if (const json* c = r.Object(j, "criu")) {
+    r.Get(*c, "version", m.criu_version);
+    r.Get(*c, "tcp_established", m.tcp_established, false);
+  }
+  r.Get(j, "pids", m.pids, false);
+  r.Get(j, "total_bytes", m.total_bytes, false);
+  r.Get(j, "timings_s", m.timings_s, false);
+  if (const json* files = r.Object(j, "files")) {
+    for (const auto& [path, d] : files->items()) {
+      FileDigest fd;
+      if (!d.is_object()) {
+        r.failure_ = fmt::format("files[`{}`] is not an object", path);
+        break;
+      }
+      r.Get(d, "size", fd.size);
+      r.Get(d, "sha256", fd.sha256);
+      if (path.empty() || path[0] == '/' || path.find("..") != std::string::npos)
+        r.failure_ = fmt::format("files has an unsafe path `{}`", path);
+      if (!r.failure_.empty()) break;
+      m.files[path] = fd;
+    }
+  }
+  if (!r.failure_.empty()) return Status::Error(Code::kCorruption, "metadata: {}", r.failure_);
+  if (!IsValidSnapshotId(m.id)) return Status::Error(Code::kCorruption, "metadata: invalid id `{}`", m.id);
+  return m;
+}
+
+}  // namespace gpusnap

@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include "gpusnap/snapshot.h"
+#include "snapshot/container_files.h"
+
+#include <nlohmann/json.hpp>
+
+namespace gpusnap {
+namespace {
+
+SnapshotMeta Sample() {
+  SnapshotMeta m;
+  m.id = "counter-20261129-233000-ab12";
+  m.created = "2026-11-29T23:30:00.000Z";
+  m.source = {"workload", "counter", 4711, 2, {"/bin/counter", "-n", "3"}, "/run/gpusnap/logs/counter.log"};
+  m.criu_version = "4.3";
+  m.pids = {4711, 4712};
+  m.files["checkpoint/pages-1.img"] = {4096, std::string(64, 'a')};
+  m.total_bytes = 4096;
+  m.timings_s["dump"] = 0.25;
+  return m;
+}
+
+TEST(SnapshotMeta, RoundTrips) {
+  auto parsed = SnapshotMetaFromJson(SnapshotMetaToJson(Sample()));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->id, Sample().id);
+  EXPECT_EQ(parsed->source.cmdline, Sample().source.cmdline);
+  EXPECT_EQ(parsed->source.ns_pid, 2);
+  EXPECT_EQ(parsed->pids, Sample().pids);
+  EXPECT_EQ(parsed->files.at("checkpoint/pages-1.img").size, 4096u);
+  EXPECT_DOUBLE_EQ(parsed->timings_s.at("dump"), 0.25);
+}
+
+TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
+  std::string json = SnapshotMetaToJson(Sample());
+  json.replace(json.find("\"1.0\""), 5, "\"2.0\"");
+  auto parsed = SnapshotMetaFromJson(json);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), Code::kNotSupported);
+  EXPECT_NE(parsed.status().message().find("2.0"), std::string::npos);
+  EXPECT_NE(parsed.status().message().find("1.x"), std::string::npos);
+}
+
+TEST(SnapshotMeta, NewerMinorVersionIsRead) {
+  std::string json = SnapshotMetaToJson(Sample());
+  json.replace(json.find("\"1.0\""), 5, "\"1.7\"");
+  auto parsed = SnapshotMetaFromJson(json);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->schema_minor, 7);
+}
+
+TEST(SnapshotMeta, MissingFieldIsNamed) {
+  std::string json = SnapshotMetaToJson(Sample());
+  json.replace(json.find("\"created\""), 9, "\"kreated\"");
+  auto parsed = SnapshotMetaFromJson(json);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), Code::kCorruption);
+  EXPECT_NE(parsed.status().message().find("`created`"), std::string::npos);
+}
+
+TEST(SnapshotMeta, WrongTypeIsNamed) {
+  std::string json = SnapshotMetaToJson(Sample());
+  json.replace(json.find("\"host_pid\": 4711"), 16, "\"host_pid\": \"x\"");
+  auto parsed = SnapshotMetaFromJson(json);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("`host_pid`"), std::string::npos);
+}
+
+TEST(SnapshotMeta, NotJsonIsCorruption) {
+  EXPECT_EQ(SnapshotMetaFromJson("{\"id\": ").status().code(), Code::kCorruption);
+  EXPECT_EQ(SnapshotMetaFromJson("[]").status().code(), Code::kCorruption);
+}
+
+TEST(SnapshotMeta, PathsEscapingTheSnapshotAreRefused) {
+  SnapshotMeta m = Sample();
+  m.files["../../etc/passwd"] = {1, "x"};
+  auto parsed = SnapshotMetaFromJson(SnapshotMetaToJson(m));
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("unsafe path"), std::string::npos);
+}
+
+TEST(SnapshotId, Validation) {
+  EXPECT_TRUE(IsValidSnapshotId("counter-20261129-233000-ab12"));
+  EXPECT_FALSE(IsValidSnapshotId(""));
+  EXPECT_FALSE(IsValidSnapshotId(".tmp-x"));
+  EXPECT_FALSE(IsValidSnapshotId("a/b"));
+  EXPECT_FALSE(IsValidSnapshotId(".."));
+  EXPECT_FALSE(IsValidSnapshotId(std::string(65, 'a')));
+}
+
+TEST(ContainerFiles, SpecCarriesTheCommandAndManager) {
+  auto spec = nlohmann::json::parse(SpecDumpJson(Sample()));
+  EXPECT_EQ(spec["process"]["args"][0], "/bin/counter");
+  EXPECT_EQ(spec["annotations"]["io.container.manager"], "gpusnap");
+  auto config = nlohmann::json::parse(ConfigDumpJson(Sample(), ""));
+  EXPECT_EQ(config["name"], "counter");
+  EXPECT_EQ(config["id"], Sample().id);
+}
+
+}  // namespace
+}  // namespace gpusnap

@@ -1,0 +1,133 @@
+// The restore, as DESIGN.md §3 tells it (the CPU steps; GPU steps join here).
+//
+// 1. Verify the snapshot (schema, every file's digest) before anything starts.
+// 2. Start a fresh pid + mount namespace held by a reaper.
+// 3. CRIU restores the tree inside it (pids as at dump: the namespace is new).
+// 4. Find the restored root's host pid, record the workload, release the
+//    namespace to its reaper.
+// A failure at any step tears the new namespace down; the store is untouched.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "criu/bundle.h"
+#include "criu/operation.h"
+#include "criu/options.h"
+#include "gpusnap/operations.h"
+#include "ns/proc.h"
+#include "ns/reaper.h"
+#include "snapshot/format.h"
+#include "store/store.h"
+#include "util/fd.h"
+#include "util/files.h"
+
+namespace gpusnap {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Where CRIU's own helper processes start numbering inside the new namespace,
+// far above the pids it must restore.
+int HighNsLastPid() {
+  auto text = ReadFile("/proc/sys/kernel/pid_max");
+  int pid_max = text.ok() ? std::atoi(text->c_str()) : 32768;
+  return pid_max > 200000 ? 100000 : pid_max / 2;
+}
+
+Result<pid_t> HostPidOf(pid_t reaper, pid_t ns_pid) {
+  for (int tries = 0; tries < 400; ++tries) {
+    for (pid_t c : proc::Children(reaper)) {
+      auto nspids = proc::NsPids(c);
+      if (nspids.ok() && !nspids->empty() && nspids->back() == ns_pid) return c;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return Status::Error(Code::kExternal, "the restored task (pid {} in its namespace) did not appear", ns_pid);
+}
+
+}  // namespace
+
+Result<RestoreResult> Restore(const RestoreOptions& options) {
+  RestoreResult result;
+  auto total_start = Clock::now();
+  auto timed = [&](const char* phase, Clock::time_point start, uint64_t bytes = 0) {
+    double s = std::chrono::duration<double>(Clock::now() - start).count();
+    result.timings_s[phase] = s;
+    if (options.progress) options.progress({phase, s, bytes, true});
+  };
+
+  // 1. Verify.
+  auto t = Clock::now();
+  GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(options.store.empty() ? DefaultStore() : options.store, false));
+  GPUSNAP_ASSIGN_OR_RETURN(auto meta, store.Load(options.id));
+  GPUSNAP_RETURN_IF_ERROR(store.Verify(meta).Wrap("refusing to restore"));
+  std::string name = options.name.empty() ? meta.source.name : options.name;
+  if (name.empty()) name = "restored-" + std::to_string(meta.source.host_pid);
+  if (!IsValidWorkloadName(name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", name);
+  if (auto existing = FindWorkload(name); existing.ok() && existing->running)
+    return Status::Error(Code::kAlreadyExists,
+                         "a workload named `{}` is running (pid {}); pass --name to restore under another name", name,
+                         existing->pid);
+  GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
+  GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, meta.tcp_established));
+  timed("verify", t, meta.total_bytes);
+
+  // 2. The namespace.
+  t = Clock::now();
+  GPUSNAP_ASSIGN_OR_RETURN(auto reaper, ns::SpawnReaper({}));
+  timed("namespace", t);
+
+  // 3. CRIU.
+  t = Clock::now();
+  std::string images = store.SnapshotDir(meta.id) + "/" + format::kCheckpointDir;
+  std::string logs = RunDir() + "/logs";
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(logs));
+  std::string log_name = fmt::format("restore-{}-{}.log", meta.id, ::getpid());
+  UniqueFd images_fd(::open(images.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd work_fd(::open(logs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!images_fd.valid() || !work_fd.valid()) return Status::Errno(errno, "opening `{}`", images);
+
+  criu::RestorePlan plan;
+  plan.images_dir_fd = images_fd.get();
+  plan.work_dir_fd = work_fd.get();
+  plan.log_file = log_name;
+  plan.tcp_established = meta.tcp_established;
+  plan.shell_job = false;
+  plan.verbose = options.verbose;
+  criu::Operation op;
+  op.bundle = &bundle;
+  op.type = RESTORE;
+  op.opts = criu::RestoreOptions(plan, features);
+  op.ns_holder = reaper.reaper_pid;
+  op.ns_last_pid = HighNsLastPid();
+  op.inherit_fds = {images_fd.get(), work_fd.get()};
+  op.timeout = std::chrono::seconds(options.timeout_s);
+  op.log_path = logs + "/" + log_name;
+  result.log = op.log_path;
+  auto resp = criu::Run(op);
+  if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
+  timed("criu-restore", t);
+
+  // 4. Record it.
+  GPUSNAP_ASSIGN_OR_RETURN(pid_t host_pid, HostPidOf(reaper.reaper_pid, resp->restore().pid()));
+  reaper.hold.Reset();
+  Workload& w = result.workload;
+  w.name = name;
+  w.pid = host_pid;
+  w.reaper_pid = reaper.reaper_pid;
+  w.cmdline = meta.source.cmdline;
+  w.log = meta.source.log;
+  w.started = NowRfc3339();
+  w.restored_from = meta.id;
+  GPUSNAP_ASSIGN_OR_RETURN(auto st, proc::ReadStat(host_pid));
+  w.start_time = st.start_time;
+  w.running = true;
+  GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w));
+  result.timings_s["total"] = std::chrono::duration<double>(Clock::now() - total_start).count();
+  return result;
+}
+
+}  // namespace gpusnap

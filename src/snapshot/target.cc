@@ -1,0 +1,75 @@
+#include "snapshot/target.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "gpusnap/workload.h"
+#include "ns/proc.h"
+
+namespace gpusnap {
+
+namespace {
+
+// The init (pid 1) of `pid`'s pid namespace, as the host sees it: the nearest
+// ancestor whose innermost pid is 1.
+Result<pid_t> NamespaceInit(pid_t pid) {
+  uint64_t ns = proc::NamespaceId(pid, "pid");
+  for (pid_t p = pid; p > 1;) {
+    GPUSNAP_ASSIGN_OR_RETURN(auto nspids, proc::NsPids(p));
+    if (!nspids.empty() && nspids.back() == 1 && proc::NamespaceId(p, "pid") == ns) return p;
+    GPUSNAP_ASSIGN_OR_RETURN(auto st, proc::ReadStat(p));
+    p = st.ppid;
+  }
+  return Status::Error(Code::kNotFound, "cannot find the init of pid {}'s namespace", pid);
+}
+
+Result<Target> FromPid(pid_t pid, std::string name) {
+  GPUSNAP_ASSIGN_OR_RETURN(auto st, proc::ReadStat(pid));
+  if (st.state == 'Z') return Status::Error(Code::kNotFound, "pid {} has exited (zombie)", pid);
+  if (pid == ::getpid()) return Status::Error(Code::kFailedPrecondition, "pid {} is this gpusnap process", pid);
+  GPUSNAP_ASSIGN_OR_RETURN(auto nspids, proc::NsPids(pid));
+  Target t;
+  t.name = std::move(name);
+  t.host_pid = pid;
+  t.ns_pid = nspids.back();
+  if (pid == 1 || (nspids.size() > 1 && t.ns_pid == 1))
+    return Status::Error(Code::kFailedPrecondition,
+                         "pid {} is the init of its pid namespace; checkpoint the workload under it instead", pid);
+  if (proc::NamespaceId(pid, "pid") != proc::NamespaceId(::getpid(), "pid")) {
+    GPUSNAP_ASSIGN_OR_RETURN(t.ns_holder, NamespaceInit(pid));
+  }
+  t.tree = proc::Tree(pid);
+  t.cmdline = proc::Cmdline(pid);
+  // A session led from outside the tree (a shell's job) needs CRIU's shell-job mode.
+  t.shell_job = st.session != pid && std::find(t.tree.begin(), t.tree.end(), st.session) == t.tree.end();
+  return t;
+}
+
+}  // namespace
+
+Result<Target> ResolveTarget(const std::string& name_or_pid) {
+  if (name_or_pid.empty()) return Status::Error(Code::kInvalidArgument, "no workload name or pid given");
+  pid_t pid = 0;
+  auto [end, ec] = std::from_chars(name_or_pid.data(), name_or_pid.data() + name_or_pid.size(), pid);
+  bool numeric = ec == std::errc() && end == name_or_pid.data() + name_or_pid.size();
+  if (numeric) {
+    if (pid <= 0) return Status::Error(Code::kInvalidArgument, "invalid pid `{}`", name_or_pid);
+    if (!proc::Exists(pid)) return Status::Error(Code::kNotFound, "no process with pid {}", pid);
+    // A pid that gpusnap started keeps its workload's name and log.
+    if (auto all = ListWorkloads(); all.ok())
+      for (const auto& w : *all)
+        if (w.running && w.pid == pid) return ResolveTarget(w.name);
+    return FromPid(pid, "");
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(auto w, FindWorkload(name_or_pid));
+  if (!w.running) return Status::Error(Code::kNotFound, "workload `{}` (pid {}) is not running", w.name, w.pid);
+  GPUSNAP_ASSIGN_OR_RETURN(auto t, FromPid(w.pid, w.name));
+  t.cmdline = w.cmdline;
+  t.log = w.log;
+  t.started = w.started;
+  return t;
+}
+
+}  // namespace gpusnap

@@ -1,0 +1,30 @@
+// What a checkpoint takes: a workload name or a pid, resolved to a process
+// tree and the namespace CRIU must run in to dump it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "gpusnap/status.h"
+
+namespace gpusnap {
+
+struct Target {
+  std::string name;             // workload name, empty for a bare pid
+  pid_t host_pid = 0;           // root of the tree
+  pid_t ns_pid = 0;             // the same task inside its pid namespace
+  pid_t ns_holder = 0;          // a process whose pid+mnt namespaces CRIU enters; 0 = ours
+  std::vector<pid_t> tree;      // host pids, root first
+  std::vector<std::string> cmdline;
+  std::string log;
+  std::string started;
+  bool shell_job = false;       // the root's session leader is outside the tree
+};
+
+// kNotFound: no such workload or pid (or it has exited).
+// kFailedPrecondition: the pid is a namespace's init (the reaper), or gpusnap itself.
+Result<Target> ResolveTarget(const std::string& name_or_pid);
+
+}  // namespace gpusnap

@@ -1,0 +1,146 @@
+#include "util/files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include "util/fd.h"
+
+namespace gpusnap {
+
+Result<std::string> ReadFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::Errno(errno, "opening `{}`", path);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Errno(errno, "reading `{}`", path);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+static Status WriteAll(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Errno(errno, "writing `{}`", path);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::Ok();
+}
+
+Status WriteFileSynced(const std::string& path, std::string_view data) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return Status::Errno(errno, "creating `{}`", path);
+  GPUSNAP_RETURN_IF_ERROR(WriteAll(fd.get(), data, path));
+  if (::fsync(fd.get()) != 0) return Status::Errno(errno, "syncing `{}`", path);
+  return Status::Ok();
+}
+
+Status FsyncPath(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::Errno(errno, "opening `{}`", path);
+  if (::fsync(fd.get()) != 0) return Status::Errno(errno, "syncing `{}`", path);
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view data, int mode) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode));
+    if (!fd.valid()) return Status::Errno(errno, "creating `{}`", tmp);
+    Status st = WriteAll(fd.get(), data, tmp);
+    if (st.ok() && ::fsync(fd.get()) != 0) st = Status::Errno(errno, "syncing `{}`", tmp);
+    if (!st.ok()) {
+      ::unlink(tmp.c_str());
+      return st;
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return Status::Errno(err, "renaming `{}` to `{}`", tmp, path);
+  }
+  return FsyncPath(std::filesystem::path(path).parent_path().string());
+}
+
+Status MakeDirs(const std::string& path, int mode) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return Status::Errno(ec.value(), "creating directory `{}`", path);
+  (void)mode;
+  return Status::Ok();
+}
+
+Status RemoveTree(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) return Status::Errno(ec.value(), "removing `{}`", path);
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> ListFilesRecursive(const std::string& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  auto it = std::filesystem::recursive_directory_iterator(root, ec);
+  if (ec) return Status::Errno(ec.value(), "listing `{}`", root);
+  for (const auto& entry : it) {
+    if (entry.is_regular_file(ec) && !entry.is_symlink(ec))
+      out.push_back(std::filesystem::relative(entry.path(), root).string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<std::string> Sha256File(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::Errno(errno, "opening `{}`", path);
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  std::vector<char> buf(1 << 20);
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Errno(errno, "reading `{}`", path);
+    }
+    if (n == 0) break;
+    EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(n));
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx.get(), md, &len);
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned i = 0; i < len; ++i) {
+    hex.push_back(kHex[md[i] >> 4]);
+    hex.push_back(kHex[md[i] & 15]);
+  }
+  return hex;
+}
+
+Result<uint64_t> TreeSize(const std::string& root) {
+  uint64_t total = 0;
+  std::error_code ec;
+  auto it = std::filesystem::recursive_directory_iterator(root, ec);
+  if (ec) return Status::Errno(ec.value(), "listing `{}`", root);
+  for (const auto& entry : it)
+    if (entry.is_regular_file(ec) && !entry.is_symlink(ec)) total += entry.file_size(ec);
+  return total;
+}
+
+}  // namespace gpusnap

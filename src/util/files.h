@@ -1,0 +1,36 @@
+// Small filesystem effects shared by the store, the snapshot writer and the
+// workload registry. Every function returns a Status naming the path it failed on.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gpusnap/status.h"
+
+namespace gpusnap {
+
+Result<std::string> ReadFile(const std::string& path);
+
+// Writes `data` to `path` durably: a temporary sibling, fsync, rename, fsync of
+// the directory. Readers see the old content or the new, never a mix.
+Status WriteFileAtomic(const std::string& path, std::string_view data, int mode = 0644);
+
+// Writes `data` to a new file and fsyncs it (no rename: for files inside a
+// directory that is itself published by rename).
+Status WriteFileSynced(const std::string& path, std::string_view data);
+
+Status FsyncPath(const std::string& path);   // file or directory
+Status MakeDirs(const std::string& path, int mode = 0755);
+// Removes a tree; missing is fine. Does not follow symlinks.
+Status RemoveTree(const std::string& path);
+
+// Regular files under `root`, as paths relative to it, sorted.
+Result<std::vector<std::string>> ListFilesRecursive(const std::string& root);
+
+// SHA-256 of a file's content, lowercase hex.
+Result<std::string> Sha256File(const std::string& path);
+
+// Total size in bytes of regular files under root.
+Result<uint64_t> TreeSize(const std::string& root);
+
+}  // namespace gpusnap

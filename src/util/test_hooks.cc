@@ -1,0 +1,18 @@
+#include "util/test_hooks.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace gpusnap {
+
+void PauseIfRequested(std::string_view phase) {
+  const char* want = std::getenv("GPUSNAP_TEST_PAUSE_AT");
+  if (want == nullptr || phase != want) return;
+  std::fprintf(stderr, "paused at %s\n", want);
+  std::fflush(stderr);
+  for (;;) ::pause();
+}
+
+}  // namespace gpusnap

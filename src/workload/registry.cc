@@ -1,0 +1,120 @@
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "gpusnap/workload.h"
+#include "ns/proc.h"
+#include "ns/reaper.h"
+#include "util/files.h"
+
+namespace gpusnap {
+
+using nlohmann::json;
+
+std::string RunDir() {
+  const char* env = std::getenv("GPUSNAP_RUN_DIR");
+  return env && *env ? env : "/run/gpusnap";
+}
+
+static std::string RecordPath(const std::string& name) { return RunDir() + "/workloads/" + name + ".json"; }
+
+std::string NowRfc3339() {
+  auto now = std::chrono::system_clock::now();
+  auto secs = std::chrono::system_clock::to_time_t(now);
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  struct tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03d}Z", buf, ms);
+}
+
+bool IsValidWorkloadName(std::string_view name) {
+  if (name.empty() || name.size() > 40 || name[0] == '.' || name[0] == '-') return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+  return true;
+}
+
+static Result<Workload> ReadRecord(const std::string& path) {
+  GPUSNAP_ASSIGN_OR_RETURN(auto text, ReadFile(path));
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return Status::Error(Code::kCorruption, "workload record `{}` is not JSON", path);
+  Workload w;
+  try {
+    w.name = j.at("name").get<std::string>();
+    w.pid = j.at("pid").get<pid_t>();
+    w.start_time = j.at("start_time").get<uint64_t>();
+    w.reaper_pid = j.value("reaper_pid", 0);
+    w.cmdline = j.value("cmdline", std::vector<std::string>{});
+    w.log = j.value("log", "");
+    w.started = j.value("started", "");
+    w.restored_from = j.value("restored_from", "");
+  } catch (const json::exception& e) {
+    return Status::Error(Code::kCorruption, "workload record `{}`: {}", path, e.what());
+  }
+  w.running = proc::IsSameProcess(w.pid, w.start_time);
+  return w;
+}
+
+Status RecordWorkload(const Workload& w) {
+  if (!IsValidWorkloadName(w.name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", w.name);
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(RunDir() + "/workloads"));
+  if (auto old = ReadRecord(RecordPath(w.name)); old.ok() && old->running && old->pid != w.pid)
+    return Status::Error(Code::kAlreadyExists, "a workload named `{}` is already running (pid {})", w.name, old->pid);
+  json j = {{"name", w.name},       {"pid", w.pid}, {"start_time", w.start_time}, {"reaper_pid", w.reaper_pid},
+            {"cmdline", w.cmdline}, {"log", w.log}, {"started", w.started},       {"restored_from", w.restored_from}};
+  return WriteFileAtomic(RecordPath(w.name), j.dump(2) + "\n");
+}
+
+Result<std::vector<Workload>> ListWorkloads() {
+  std::vector<Workload> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(RunDir() + "/workloads", ec)) {
+    if (entry.path().extension() != ".json") continue;
+    if (auto w = ReadRecord(entry.path().string()); w.ok()) out.push_back(std::move(w).value());
+  }
+  std::sort(out.begin(), out.end(), [](const Workload& a, const Workload& b) { return a.name < b.name; });
+  return out;
+}
+
+Result<Workload> FindWorkload(const std::string& name) {
+  if (!IsValidWorkloadName(name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", name);
+  auto w = ReadRecord(RecordPath(name));
+  if (!w.ok()) return Status::Error(Code::kNotFound, "no workload named `{}` (see `gpusnap ps`)", name);
+  return w;
+}
+
+Result<Workload> RunWorkload(const RunOptions& options) {
+  if (!IsValidWorkloadName(options.name))
+    return Status::Error(Code::kInvalidArgument,
+                         "invalid workload name `{}`: use 1-40 letters, digits, '.', '_' or '-'", options.name);
+  if (options.argv.empty()) return Status::Error(Code::kInvalidArgument, "no command to run");
+  if (auto old = FindWorkload(options.name); old.ok() && old->running)
+    return Status::Error(Code::kAlreadyExists, "a workload named `{}` is already running (pid {})", options.name, old->pid);
+  std::string log = options.log;
+  if (log.empty()) {
+    GPUSNAP_RETURN_IF_ERROR(MakeDirs(RunDir() + "/logs"));
+    log = RunDir() + "/logs/" + options.name + ".log";
+  }
+  log = std::filesystem::absolute(log).string();
+  GPUSNAP_ASSIGN_OR_RETURN(auto spawned, ns::SpawnReaper({options.argv, log}));
+  Workload w;
+  w.name = options.name;
+  w.pid = spawned.workload_pid;
+  w.reaper_pid = spawned.reaper_pid;
+  w.cmdline = options.argv;
+  w.log = log;
+  w.started = NowRfc3339();
+  auto st = proc::ReadStat(w.pid);
+  if (!st.ok()) return Status::Error(Code::kExternal, "the workload exited at once; see its log `{}`", log);
+  w.start_time = st->start_time;
+  w.running = true;
+  GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w));
+  return w;
+}
+
+}  // namespace gpusnap
