@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"gpusnap: checkpoint and restore (GPU) process trees with CRIU"};
   app.require_subcommand(1);
+  app.fallthrough();  // --json and --quiet also after the subcommand
   gpusnap::cli::Context ctx;
   app.add_flag("--json", ctx.json, "Print results as JSON");
   app.add_flag("-q,--quiet", ctx.quiet, "No progress lines");

@@ -6,7 +6,7 @@ namespace gpusnap::criu {
 
 Result<criu_resp> Run(const Operation& op) {
   const char* verb = op.type == DUMP ? "dump" : "restore";
-  GPUSNAP_ASSIGN_OR_RETURN(auto swrk, Swrk::Start({op.bundle, op.ns_holder, op.inherit_fds, op.ns_last_pid}));
+  GPUSNAP_ASSIGN_OR_RETURN(auto swrk, Swrk::Start({op.bundle, op.ns_holder, op.inherit_fds}));
   criu_req req;
   req.set_type(op.type);
   *req.mutable_opts() = op.opts;
@@ -33,10 +33,8 @@ Result<criu_resp> Run(const Operation& op) {
     return explain(fmt::format("CRIU {} failed: {}", verb, resp.status().message()));
   }
   if (!resp->success()) {
-    std::string why = resp->has_cr_errmsg() ? resp->cr_errmsg()
-                      : resp->has_cr_errno() ? Status::ErrnoText(resp->cr_errno())
-                                             : "see its log";
-    return explain(fmt::format("CRIU {} failed: {}", verb, why));
+    std::string why = resp->has_cr_errno() && resp->cr_errno() != 0 ? ": " + Status::ErrnoText(resp->cr_errno()) : "";
+    return explain(fmt::format("CRIU {} failed{}", verb, why));
   }
   return resp;
 }

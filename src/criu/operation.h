@@ -18,7 +18,6 @@ struct Operation {
   criu_req_type type = DUMP;       // DUMP or RESTORE
   criu_opts opts;                  // from DumpOptions / RestoreOptions
   pid_t ns_holder = 0;
-  int ns_last_pid = 0;
   std::vector<int> inherit_fds;    // the images and work directory fds in opts
   std::chrono::seconds timeout{600};
   std::string log_path;            // CRIU's log as gpusnap can read it

@@ -28,9 +28,6 @@ struct SwrkLaunch {
   const Bundle* bundle = nullptr;   // REQUIRES: non-null, outlives the Swrk
   pid_t ns_holder = 0;              // enter this pid's pid+mnt namespaces; 0 = stay
   std::vector<int> inherit_fds;     // descriptors CRIU must inherit, same numbers
-  // If > 0, written to the namespace's /proc/sys/kernel/ns_last_pid before
-  // CRIU starts, so CRIU's own helpers do not take the pids it must restore.
-  int ns_last_pid = 0;
 };
 
 // Called for each notification (post-dump, post-restore, ...). CRIU waits for

@@ -65,12 +65,14 @@ void ReportError(int fd, const char* what, int err) {
 int ReaperMain(int argc, char** argv) {
   int status_fd = -1, hold_fd = -1;
   const char* log_path = "/dev/null";
+  const char* ns_last_pid = nullptr;
   int i = 0;
   for (; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--status-fd" && i + 1 < argc) status_fd = std::atoi(argv[++i]);
     else if (a == "--hold-fd" && i + 1 < argc) hold_fd = std::atoi(argv[++i]);
     else if (a == "--log" && i + 1 < argc) log_path = argv[++i];
+    else if (a == "--ns-last-pid" && i + 1 < argc) ns_last_pid = argv[++i];
     else if (a == "--") { ++i; break; }
   }
   ::prctl(PR_SET_NAME, "gpusnap-reaper");
@@ -98,6 +100,16 @@ int ReaperMain(int argc, char** argv) {
     std::snprintf(line, sizeof line, "workload %d\n", w);
     Report(status_fd, line);
   } else {
+    // CRIU will enter this namespace to restore into it; its own process
+    // must not take the low pids the tree needs back (pid 2 first of all).
+    if (ns_last_pid != nullptr) {
+      int fd = ::open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, ns_last_pid, std::strlen(ns_last_pid)) < 0) {
+        ReportError(status_fd, "writing ns_last_pid", errno);
+        return 1;
+      }
+      ::close(fd);
+    }
     Report(status_fd, "ready\n");
   }
   if (status_fd >= 0) ::close(status_fd);
@@ -139,6 +151,7 @@ Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec) {
   std::vector<std::string> args{self, "__reaper", "--status-fd", std::to_string(status_wr.get())};
   if (hold_mode) {
     args.insert(args.end(), {"--hold-fd", std::to_string(hold_rd.get())});
+    if (spec.ns_last_pid > 0) args.insert(args.end(), {"--ns-last-pid", std::to_string(spec.ns_last_pid)});
   } else {
     args.insert(args.end(), {"--log", spec.log_path, "--"});
     args.insert(args.end(), spec.workload_argv.begin(), spec.workload_argv.end());

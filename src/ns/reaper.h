@@ -27,6 +27,7 @@ namespace gpusnap::ns {
 struct ReaperSpec {
   std::vector<std::string> workload_argv;  // empty: hold mode
   std::string log_path;                    // REQUIRES (run): absolute; opened for append
+  int ns_last_pid = 0;                     // hold: the namespace's next pids start above this
 };
 
 struct SpawnedReaper {

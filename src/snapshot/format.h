@@ -5,8 +5,11 @@
 //   checkpoint/      CRIU images      ┐ the Kubernetes/CRI-O/Podman
 //   config.dump      container config │ checkpoint archive layout, so
 //   spec.dump        OCI runtime spec ┘ checkpointctl reads it
-//   dump.log         CRIU's log of the dump
+//   dump.log         CRIU's log of the dump (not digested: see below)
+//   stats-dump       CRIU's timing of the dump (likewise)
 #pragma once
+
+#include <string_view>
 
 namespace gpusnap::format {
 
@@ -15,5 +18,11 @@ inline constexpr const char* kCheckpointDir = "checkpoint";
 inline constexpr const char* kConfigDump = "config.dump";
 inline constexpr const char* kSpecDump = "spec.dump";
 inline constexpr const char* kDumpLog = "dump.log";
+inline constexpr const char* kStatsDump = "stats-dump";
+
+// CRIU's own accounting, which it keeps writing after the post-dump
+// notification at which gpusnap publishes. They carry no state a restore
+// reads, so they are left out of the digests (docs/snapshot-format.md).
+inline bool IsCriuAccountingFile(std::string_view name) { return name == kDumpLog || name == kStatsDump; }
 
 }  // namespace gpusnap::format

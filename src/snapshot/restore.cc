@@ -77,7 +77,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
 
   // 2. The namespace.
   t = Clock::now();
-  GPUSNAP_ASSIGN_OR_RETURN(auto reaper, ns::SpawnReaper({}));
+  GPUSNAP_ASSIGN_OR_RETURN(auto reaper, ns::SpawnReaper({.workload_argv = {}, .log_path = "", .ns_last_pid = HighNsLastPid()}));
   timed("namespace", t);
 
   // 3. CRIU.
@@ -102,7 +102,6 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   op.type = RESTORE;
   op.opts = criu::RestoreOptions(plan, features);
   op.ns_holder = reaper.reaper_pid;
-  op.ns_last_pid = HighNsLastPid();
   op.inherit_fds = {images_fd.get(), work_fd.get()};
   op.timeout = std::chrono::seconds(options.timeout_s);
   op.log_path = logs + "/" + log_name;

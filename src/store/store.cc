@@ -25,7 +25,7 @@ Result<std::map<std::string, FileDigest>> DigestTree(const std::string& dir, boo
   GPUSNAP_ASSIGN_OR_RETURN(auto names, ListFilesRecursive(dir));
   std::map<std::string, FileDigest> out;
   for (const auto& name : names) {
-    if (name == format::kMetaFile) continue;
+    if (name == format::kMetaFile || format::IsCriuAccountingFile(name)) continue;
     std::string path = dir + "/" + name;
     struct stat st{};
     if (::stat(path.c_str(), &st) != 0) return Status::Errno(errno, "stat `{}`", path);
