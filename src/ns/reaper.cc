@@ -1,5 +1,6 @@
 #include "ns/reaper.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <poll.h>
@@ -60,6 +61,30 @@ void ReportError(int fd, const char* what, int err) {
   _exit(127);
 }
 
+// True when no process but us (pid 1) is left in the namespace. CRIU enters
+// the namespace to dump or restore without being our child: the namespace
+// must outlive it, or its death would kill CRIU mid-operation.
+bool AloneInNamespace() {
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return true;
+  bool alone = true;
+  while (dirent* e = ::readdir(d)) {
+    int pid = std::atoi(e->d_name);
+    if (pid > 1) {
+      alone = false;
+      break;
+    }
+  }
+  ::closedir(d);
+  return alone;
+}
+
+void KillNamespace(int) {
+  // As pid 1 we get only signals we handle; a stop request ends the whole tree.
+  ::kill(-1, SIGKILL);
+  _exit(0);
+}
+
 }  // namespace
 
 int ReaperMain(int argc, char** argv) {
@@ -76,6 +101,8 @@ int ReaperMain(int argc, char** argv) {
     else if (a == "--") { ++i; break; }
   }
   ::prctl(PR_SET_NAME, "gpusnap-reaper");
+  ::signal(SIGTERM, KillNamespace);
+  ::signal(SIGINT, KillNamespace);
   if (i < argc) {
     int errpipe[2];
     if (::pipe2(errpipe, O_CLOEXEC) != 0) {
@@ -120,9 +147,9 @@ int ReaperMain(int argc, char** argv) {
     int wstatus;
     pid_t p = ::waitpid(-1, &wstatus, 0);
     if (p > 0 || errno == EINTR) continue;
-    if (hold_fd < 0) return 0;
+    if (hold_fd < 0 && AloneInNamespace()) return 0;
     pollfd pfd{hold_fd, POLLIN, 0};
-    if (::poll(&pfd, 1, 200) > 0) {
+    if (::poll(&pfd, hold_fd >= 0 ? 1 : 0, 100) > 0) {
       char c;
       if (::read(hold_fd, &c, 1) <= 0) {
         ::close(hold_fd);
