@@ -34,6 +34,7 @@ struct CheckpointOptions {
   std::string criu_bundle;      // default: found (criu/bundle.h)
   int timeout_s = 600;          // deadline for the CRIU dump
   bool verbose = false;         // CRIU log level 4
+  std::string criu_config;      // an extra CRIU configuration file
   ProgressFn progress;
 };
 
@@ -50,6 +51,7 @@ struct RestoreOptions {
   std::string criu_bundle;
   int timeout_s = 600;
   bool verbose = false;
+  std::string criu_config;
   ProgressFn progress;
 };
 

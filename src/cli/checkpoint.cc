@@ -23,6 +23,7 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log");
+  sub->add_option("--criu-config", opts->criu_config, "Extra CRIU configuration file (CRIU's own option syntax)");
   sub->footer("Prints the snapshot id on its last line (--json: an object).");
   sub->callback([&ctx, opts] {
     opts->progress = ctx.Progress("checkpoint");
@@ -45,6 +46,7 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log");
+  sub->add_option("--criu-config", opts->criu_config, "Extra CRIU configuration file (CRIU's own option syntax)");
   sub->footer("Prints the restored workload's host pid.");
   sub->callback([&ctx, opts] {
     opts->progress = ctx.Progress("restore");

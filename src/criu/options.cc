@@ -12,7 +12,8 @@ constexpr uint32_t kGhostLimitBytes = 256u << 20;
 int LogLevel(bool verbose) { return verbose ? 4 : 2; }
 
 void Common(criu_opts& o, int images_dir_fd, int work_dir_fd, const std::string& log_file, bool verbose,
-            bool tcp_established, bool shell_job, const Features& features) {
+            bool tcp_established, bool shell_job, const std::string& config_file, const Features& features) {
+  if (!config_file.empty()) o.set_config_file(config_file);
   o.set_images_dir_fd(images_dir_fd);
   o.set_work_dir_fd(work_dir_fd);
   o.set_log_file(log_file);
@@ -34,7 +35,7 @@ void Common(criu_opts& o, int images_dir_fd, int work_dir_fd, const std::string&
 criu_opts DumpOptions(const DumpPlan& plan, const Features& features) {
   criu_opts o;
   Common(o, plan.images_dir_fd, plan.work_dir_fd, plan.log_file, plan.verbose, plan.tcp_established, plan.shell_job,
-         features);
+         plan.config_file, features);
   o.set_pid(plan.root_pid);
   o.set_leave_running(plan.leave_running);
   return o;
@@ -43,7 +44,7 @@ criu_opts DumpOptions(const DumpPlan& plan, const Features& features) {
 criu_opts RestoreOptions(const RestorePlan& plan, const Features& features) {
   criu_opts o;
   Common(o, plan.images_dir_fd, plan.work_dir_fd, plan.log_file, plan.verbose, plan.tcp_established, plan.shell_job,
-         features);
+         plan.config_file, features);
   return o;
 }
 

@@ -24,6 +24,7 @@ struct DumpPlan {
   bool tcp_established = false;
   bool shell_job = false;       // the tree's session leader lives outside it
   bool verbose = false;
+  std::string config_file;      // a CRIU configuration file to add, if any
 };
 
 struct RestorePlan {
@@ -33,6 +34,7 @@ struct RestorePlan {
   bool tcp_established = false; // REQUIRES: the same as at dump
   bool shell_job = false;       // likewise
   bool verbose = false;
+  std::string config_file;
 };
 
 criu_opts DumpOptions(const DumpPlan& plan, const Features& features);

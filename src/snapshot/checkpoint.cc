@@ -124,6 +124,7 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   plan.tcp_established = options.tcp_established;
   plan.shell_job = target.shell_job;
   plan.verbose = options.verbose;
+  plan.config_file = options.criu_config;
 
   criu::Operation dump;
   dump.bundle = &bundle;

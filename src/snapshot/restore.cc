@@ -97,6 +97,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   plan.tcp_established = meta.tcp_established;
   plan.shell_job = false;
   plan.verbose = options.verbose;
+  plan.config_file = options.criu_config;
   criu::Operation op;
   op.bundle = &bundle;
   op.type = RESTORE;

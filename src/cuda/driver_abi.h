@@ -1,0 +1,112 @@
+// The part of the CUDA driver ABI that gpusnap uses, declared here so that
+// gpusnap builds (and its tests run) on machines without CUDA.
+//
+// Every type below mirrors the driver ABI of cuda.h (CUDA 13.0 headers, checked
+// against driver r580): same names, same member names, same sizes, offsets and
+// enum values. tests/fakes/libcuda/abi_check.cc static_asserts that when the
+// real cuda.h is found at build time. Never add a field: the driver reads these
+// structs by layout.
+//
+// Rules: every reserved byte must be zero (the driver refuses non-zero ones);
+// the function pointer types take the arguments exactly as the driver does.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gpusnap::cuda::abi {
+
+using CUresult = int;  // enum cudaError_enum; an int-sized enum in the driver ABI
+using CUdevice = int;  // CUdevice_v1
+using cuuint64_t = std::uint64_t;
+
+inline constexpr CUresult CUDA_SUCCESS = 0;
+inline constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
+inline constexpr CUresult CUDA_ERROR_NOT_INITIALIZED = 3;
+inline constexpr CUresult CUDA_ERROR_INVALID_DEVICE = 101;
+inline constexpr CUresult CUDA_ERROR_ILLEGAL_STATE = 401;
+inline constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
+inline constexpr CUresult CUDA_ERROR_NOT_READY = 600;
+inline constexpr CUresult CUDA_ERROR_NOT_SUPPORTED = 801;
+inline constexpr CUresult CUDA_ERROR_TIMEOUT = 909;
+inline constexpr CUresult CUDA_ERROR_UNKNOWN = 999;
+
+// cuDeviceGetAttribute: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{MAJOR,MINOR}.
+inline constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+inline constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+
+struct CUuuid {
+  char bytes[16];
+};
+
+enum CUprocessState : int {
+  CU_PROCESS_STATE_RUNNING = 0,
+  CU_PROCESS_STATE_LOCKED = 1,
+  CU_PROCESS_STATE_CHECKPOINTED = 2,
+  CU_PROCESS_STATE_FAILED = 3,
+};
+
+struct CUcheckpointLockArgs {
+  unsigned int timeoutMs;  // 0: no timeout
+  unsigned int reserved0;
+  cuuint64_t reserved1[7];
+};
+
+struct CUcheckpointCheckpointArgs {
+  cuuint64_t reserved[8];
+};
+
+struct CUcheckpointGpuPair {
+  CUuuid oldUuid;  // the GPU the process was checkpointed on
+  CUuuid newUuid;  // the GPU to restore it onto
+};
+
+// 64 bytes in every header since CUDA 12.8: r570/r575 have only reserved words;
+// CUDA 13.0 gives the first 12 bytes to gpuPairs and gpuPairsCount and keeps
+// the rest reserved (later headers split the reserved tail differently, at the
+// same size). We keep the tail as one zeroed block.
+struct CUcheckpointRestoreArgs {
+  CUcheckpointGpuPair* gpuPairs;
+  unsigned int gpuPairsCount;
+  char reserved[52 - sizeof(CUcheckpointGpuPair*)];
+  cuuint64_t reserved1;
+};
+
+struct CUcheckpointUnlockArgs {
+  cuuint64_t reserved[8];
+};
+
+static_assert(sizeof(CUuuid) == 16);
+static_assert(sizeof(CUprocessState) == 4);
+static_assert(sizeof(CUcheckpointLockArgs) == 64);
+static_assert(sizeof(CUcheckpointCheckpointArgs) == 64);
+static_assert(sizeof(CUcheckpointGpuPair) == 32);
+static_assert(sizeof(CUcheckpointRestoreArgs) == 64);
+static_assert(offsetof(CUcheckpointRestoreArgs, gpuPairsCount) == 8);
+static_assert(sizeof(CUcheckpointUnlockArgs) == 64);
+
+// Function pointer types, one per driver entry point we resolve.
+extern "C" {
+using PFN_cuInit = CUresult (*)(unsigned int flags);
+using PFN_cuDriverGetVersion = CUresult (*)(int* version);
+using PFN_cuGetErrorName = CUresult (*)(CUresult error, const char** name);
+using PFN_cuGetErrorString = CUresult (*)(CUresult error, const char** text);
+using PFN_cuDeviceGetCount = CUresult (*)(int* count);
+using PFN_cuDeviceGet = CUresult (*)(CUdevice* device, int ordinal);
+using PFN_cuDeviceGetName = CUresult (*)(char* name, int len, CUdevice device);
+using PFN_cuDeviceGetUuid = CUresult (*)(CUuuid* uuid, CUdevice device);  // also _v2
+using PFN_cuDeviceTotalMem = CUresult (*)(std::size_t* bytes, CUdevice device);  // _v2
+using PFN_cuDeviceGetAttribute = CUresult (*)(int* value, int attribute, CUdevice device);
+using PFN_cuCheckpointProcessGetState = CUresult (*)(int pid, CUprocessState* state);
+using PFN_cuCheckpointProcessGetRestoreThreadId = CUresult (*)(int pid, int* tid);
+using PFN_cuCheckpointProcessLock = CUresult (*)(int pid, CUcheckpointLockArgs* args);
+using PFN_cuCheckpointProcessCheckpoint = CUresult (*)(int pid, CUcheckpointCheckpointArgs* args);
+using PFN_cuCheckpointProcessRestore = CUresult (*)(int pid, CUcheckpointRestoreArgs* args);
+using PFN_cuCheckpointProcessUnlock = CUresult (*)(int pid, CUcheckpointUnlockArgs* args);
+}
+
+// cuDriverGetVersion values (1000 * major + 10 * minor).
+inline constexpr int kCheckpointApiVersion = 12080;  // CUDA 12.8, driver r570
+inline constexpr int kGpuRemapVersion = 13000;       // CUDA 13.0, driver r580
+
+}  // namespace gpusnap::cuda::abi

@@ -1,0 +1,61 @@
+// --gpu-map: which GPU a checkpointed process is restored onto.
+//
+// Text form: comma-separated `FROM=TO` entries, each side a device index ("0")
+// or a UUID ("GPU-8f1c…"), mixed freely: "0=1,1=0", "GPU-aaaa…=GPU-bbbb…,1=0".
+// FROM names a GPU the process was checkpointed on, TO the GPU to restore it
+// onto. Pure; thread-safe.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cuda/gpus.h"
+#include "gpusnap/status.h"
+
+namespace gpusnap::cuda {
+
+// One side of an entry, as written: exactly one of index and uuid is set.
+struct GpuRef {
+  std::optional<int> index;
+  std::optional<Uuid> uuid;
+  std::string text;  // as the user wrote it, for messages
+};
+
+struct GpuMapEntry {
+  GpuRef from;
+  GpuRef to;
+};
+
+// Errors (kInvalidArgument, quoting the entry): an entry without '=', a side
+// that is neither a non-negative index nor a UUID, an empty map, or the same
+// FROM text written twice.
+Result<std::vector<GpuMapEntry>> ParseGpuMap(std::string_view text);
+
+// What cuCheckpointProcessRestore is given: old UUID -> new UUID.
+struct GpuPair {
+  Uuid old_uuid{};
+  Uuid new_uuid{};
+  bool operator==(const GpuPair&) const = default;
+};
+using GpuMap = std::vector<GpuPair>;
+
+// Resolves `entries` against the GPUs the process was checkpointed on
+// (`old_gpus`) and those of this machine (`new_gpus`; the same list when
+// restoring in place) into one pair per old GPU, in old_gpus order: the
+// driver requires every checkpointed GPU to appear. A GPU no entry names keeps
+// its index (new_gpus[old.index]). An empty `entries` gives an empty map (no
+// remapping).
+// Errors (kInvalidArgument): an index or UUID that is not in its list, an old
+// GPU named twice (by index and by UUID counts), an old GPU left unmapped with
+// no new GPU of its index, and two old GPUs sent to one new GPU (over the same
+// GPUs, the map must be a permutation).
+Result<GpuMap> TranslateGpuMap(std::span<const GpuMapEntry> entries, std::span<const GpuInfo> old_gpus,
+                               std::span<const GpuInfo> new_gpus);
+
+// "GPU-aaaa…>GPU-bbbb…,GPU-…>GPU-…", for logs and messages.
+std::string FormatGpuMap(const GpuMap& map);
+
+}  // namespace gpusnap::cuda

@@ -1,0 +1,135 @@
+"""Shared harness for the end-to-end tests: runs the real gpusnap binary with
+the real CRIU on real processes, each test in its own store and run
+directory, and stops every workload it started (by its reaper's pid)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+GPUSNAP = os.environ.get("GPUSNAP_BIN", os.path.join(os.path.dirname(__file__), "../../build/gpusnap"))
+WORKLOADS = os.environ.get("GPUSNAP_WORKLOADS", os.path.join(os.path.dirname(__file__), "../../build/workloads"))
+
+
+def require_root(case):
+    if os.geteuid() != 0:
+        raise unittest.SkipTest("needs root (CRIU and namespaces)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class GpusnapCase(unittest.TestCase):
+    def setUp(self):
+        require_root(self)
+        self.tmp = tempfile.mkdtemp(prefix="gpusnap-e2e-")
+        self.store = os.path.join(self.tmp, "store")
+        self.run_dir = os.path.join(self.tmp, "run")
+        self.data = os.path.join(self.tmp, "data")
+        os.makedirs(self.data)
+        self.env = dict(os.environ, GPUSNAP_STORE=self.store, GPUSNAP_RUN_DIR=self.run_dir)
+
+    def tearDown(self):
+        for w in self.workloads():
+            if w["running"] and w["reaper_pid"] > 0:
+                try:
+                    os.kill(w["reaper_pid"], signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for w in self.workloads():
+            self.wait_gone(w["pid"], timeout=10)
+        for name in os.listdir("/dev/shm"):
+            if name.startswith("gpusnap-counter-"):
+                path = os.path.join("/dev/shm", name)
+                if self.tmp and os.path.getmtime(path) >= self._start_time():
+                    os.unlink(path)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _start_time(self):
+        return os.stat(self.tmp).st_mtime - 3600
+
+    # --- running gpusnap ---------------------------------------------------
+    def gs(self, *args, check=True, env=None, timeout=300):
+        p = subprocess.run([GPUSNAP, *args], capture_output=True, text=True, env=env or self.env, timeout=timeout)
+        if check and p.returncode != 0:
+            self.fail(f"gpusnap {' '.join(args)} failed ({p.returncode}):\n{p.stderr}{p.stdout}")
+        return p
+
+    def gs_json(self, *args, **kw):
+        return json.loads(self.gs("--json", *args, **kw).stdout)
+
+    def run_counter(self, name, port=0):
+        pid = int(self.gs("run", "--name", name, "--", os.path.join(WORKLOADS, "counter"), self.data,
+                          str(port)).stdout.strip())
+        self.wait_count(pid, 3)
+        return pid
+
+    def checkpoint(self, target, *extra):
+        out = self.gs("checkpoint", target, *extra).stdout.strip().splitlines()
+        return out[-1]
+
+    def restore(self, snapshot_id, *extra):
+        return int(self.gs("restore", snapshot_id, *extra).stdout.strip().splitlines()[-1])
+
+    def workloads(self):
+        p = self.gs("--json", "ps", check=False)
+        return json.loads(p.stdout) if p.returncode == 0 and p.stdout.strip() else []
+
+    def snapshots(self):
+        return self.gs_json("ls")
+
+    # --- observing processes -----------------------------------------------
+    @staticmethod
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except FileNotFoundError:
+            return False
+
+    def wait_gone(self, pid, timeout=10):
+        end = time.time() + timeout
+        while time.time() < end:
+            if not self.alive(pid):
+                return True
+            time.sleep(0.05)
+        return False
+
+    @staticmethod
+    def count(pid):
+        """The counter's count, which it keeps in its own command name."""
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+        return int(comm.split(":")[1]) if comm.startswith("cnt:") else -1
+
+    def wait_count(self, pid, at_least, timeout=20):
+        end = time.time() + timeout
+        while time.time() < end:
+            if not self.alive(pid):
+                self.fail(f"workload {pid} died; log:\n{self.logs()}")
+            if self.count(pid) >= at_least:
+                return self.count(pid)
+            time.sleep(0.05)
+        self.fail(f"workload {pid} did not reach count {at_least} (at {self.count(pid)})")
+
+    def logs(self):
+        d = os.path.join(self.run_dir, "logs")
+        out = []
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            with open(os.path.join(d, name), errors="replace") as f:
+                out.append(f"--- {name}\n{f.read()[-3000:]}")
+        return "\n".join(out)
+
+    def tmp_dirs(self):
+        d = os.path.join(self.store, "snapshots")
+        return [n for n in os.listdir(d) if n.startswith(".tmp-")] if os.path.isdir(d) else []
+
+    def assert_no_fail_in_logs(self):
+        self.assertNotIn("FAIL:", self.logs())

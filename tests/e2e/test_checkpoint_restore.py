@@ -1,0 +1,110 @@
+"""Round trips of a real multi-process, multi-threaded workload through the
+real CRIU: the count continues, and pipes, unix sockets, files, deleted files,
+/dev/shm and TCP still work after a restore (the workload checks itself)."""
+import os
+import socket
+import time
+import unittest
+
+from harness import GpusnapCase, free_port
+
+
+def ask(port, sock=None):
+    s = sock or socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(b"count?\n")
+    data = s.recv(64)
+    if sock is None:
+        s.close()
+    return int(data.decode().strip())
+
+
+class RoundTrip(GpusnapCase):
+    def test_count_continues_after_restore(self):
+        port = free_port()
+        pid = self.run_counter("counter", port)
+        tree_before = self.gs_json("ps")[0]
+        before = self.wait_count(pid, 10)
+        snap = self.checkpoint("counter")
+        self.assertTrue(self.wait_gone(pid), "source should be gone after a checkpoint without --leave-running")
+        stopped_at = self.count(pid) if self.alive(pid) else before
+        new_pid = self.restore(snap)
+        # Not from zero: from where it stopped.
+        first = self.count(new_pid)
+        self.assertGreaterEqual(first, stopped_at)
+        self.wait_count(new_pid, first + 10)
+        self.assertGreater(ask(port), first)  # the TCP listener came back
+        time.sleep(0.5)
+        self.assertTrue(self.alive(new_pid))
+        self.assert_no_fail_in_logs()  # pipes, sockets, files, shm all verified by the workload
+        w = [w for w in self.workloads() if w["name"] == "counter"][0]
+        self.assertEqual(w["pid"], new_pid)
+        self.assertEqual(w["restored_from"], snap)
+        self.assertEqual(w["cmdline"], tree_before["cmdline"])
+        # The whole tree came back: the child, and the idle pair.
+        children = open(f"/proc/{new_pid}/task/{new_pid}/children").read().split()
+        self.assertEqual(len(children), 2)
+
+    def test_leave_running_keeps_both_counting(self):
+        pid = self.run_counter("both")
+        snap = self.checkpoint("both", "--leave-running")
+        self.assertTrue(self.alive(pid))
+        c = self.count(pid)
+        new_pid = self.restore(snap, "--name", "both-copy")
+        self.assertNotEqual(new_pid, pid)
+        self.wait_count(pid, c + 10)
+        self.wait_count(new_pid, self.count(new_pid) + 10)
+        self.assertTrue(self.alive(pid) and self.alive(new_pid))
+        self.assert_no_fail_in_logs()
+
+    def test_checkpoint_by_pid(self):
+        pid = self.run_counter("bypid")
+        snap = self.checkpoint(str(pid))
+        meta = self.gs_json("ls")[0]
+        self.assertEqual(meta["id"], snap)
+        self.assertEqual(meta["source"], "bypid")  # the pid was recognised as the workload
+        new_pid = self.restore(snap)
+        self.wait_count(new_pid, self.count(new_pid) + 5)
+
+    def test_ten_cycles(self):
+        pid = self.run_counter("cycles")
+        last = self.count(pid)
+        for i in range(10):
+            snap = self.checkpoint("cycles")
+            self.assertTrue(self.wait_gone(pid))
+            pid = self.restore(snap)
+            now = self.count(pid)
+            self.assertGreaterEqual(now, last, f"cycle {i}: count went back")
+            last = self.wait_count(pid, now + 3)
+            self.gs("rm", snap)
+        self.assert_no_fail_in_logs()
+        self.assertEqual(self.snapshots(), [])
+
+    def test_established_tcp_connection_survives(self):
+        port = free_port()
+        pid = self.run_counter("tcp", port)
+        conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+        first = ask(port, conn)
+        snap = self.checkpoint("tcp", "--tcp-established")
+        self.assertTrue(self.wait_gone(pid))
+        new_pid = self.restore(snap)
+        self.wait_count(new_pid, self.count(new_pid) + 3)
+        # The very same connection answers again, with a count that went on.
+        self.assertGreater(ask(port, conn), first)
+        conn.close()
+
+    def test_json_output(self):
+        self.run_counter("js")
+        meta = self.gs_json("checkpoint", "js")
+        self.assertIn("id", meta)
+        self.assertGreater(meta["total_bytes"], 0)
+        self.assertIn("dump", meta["timings_s"])
+        restored = self.gs_json("restore", meta["id"])
+        self.assertTrue(restored["running"])
+        self.assertIn("criu-restore", restored["timings_s"])
+        inspected = self.gs_json("inspect", meta["id"])
+        self.assertEqual(inspected["id"], meta["id"])
+        self.assertIn("checkpoint/pstree.img", inspected["files"])
+
+
+if __name__ == "__main__":
+    unittest.main()
