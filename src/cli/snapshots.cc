@@ -83,7 +83,7 @@ void AddVersion(CLI::App& app, Context& ctx) {
       auto features = criu::DetectFeatures(*bundle, true);
       if (features.ok()) {
         j["criu"]["runtime_version"] = fmt::format("{}.{}", features->version_major, features->version_minor);
-        j["criu"]["features"] = {{"network-lock-nftables", features->nftables}};
+        j["criu"]["features"] = {{"network_lock_nftables", features->nftables}};
       } else {
         j["criu"]["error"] = features.status().message();
       }

@@ -125,7 +125,7 @@ Result<Features> DetectFeatures(const Bundle& bundle, bool need_network_lock) {
       std::sscanf(version.output.c_str() + pos, "Version: %d.%d", &f.version_major, &f.version_minor) != 2)
     return Status::Error(Code::kExternal, "`criu --version` from `{}` failed: {}", bundle.dir, version.output);
   if (need_network_lock) {
-    auto nft = RunCaptured(bundle.Argv({"check", "--feature", "network-lock-nftables"}), 10000);
+    auto nft = RunCaptured(bundle.Argv({"check", "--feature", "network_lock_nftables"}), 10000);
     f.nftables = nft.ok() && nft->exit_status == 0;
   }
   return f;

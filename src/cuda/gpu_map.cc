@@ -47,7 +47,7 @@ Result<size_t> Find(const GpuRef& ref, std::span<const GpuInfo> gpus, const char
 Result<std::vector<GpuMapEntry>> ParseGpuMap(std::string_view text) {
   std::vector<GpuMapEntry> entries;
   std::string_view rest = text;
-  while (!rest.empty() || entries.empty()) {
+  for (;;) {
     size_t comma = rest.find(',');
     std::string_view entry = Trim(rest.substr(0, comma));
     rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
@@ -61,9 +61,8 @@ Result<std::vector<GpuMapEntry>> ParseGpuMap(std::string_view text) {
       if (e.from.text == from.text)
         return Status::Error(Code::kInvalidArgument, "--gpu-map: GPU `{}` is mapped twice", from.text);
     entries.push_back({std::move(from), std::move(to)});
-    if (comma == std::string_view::npos) break;
+    if (comma == std::string_view::npos) return entries;
   }
-  return entries;
 }
 
 Result<GpuMap> TranslateGpuMap(std::span<const GpuMapEntry> entries, std::span<const GpuInfo> old_gpus,

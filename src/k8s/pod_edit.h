@@ -9,7 +9,6 @@
 // Thread-safety: none needed; plain functions on values the caller owns.
 #pragma once
 
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>

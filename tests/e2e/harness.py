@@ -45,15 +45,10 @@ class GpusnapCase(unittest.TestCase):
                     pass
         for w in self.workloads():
             self.wait_gone(w["pid"], timeout=10)
-        for name in os.listdir("/dev/shm"):
-            if name.startswith("gpusnap-counter-"):
-                path = os.path.join("/dev/shm", name)
-                if self.tmp and os.path.getmtime(path) >= self._start_time():
-                    os.unlink(path)
+        shm = "/dev/shm/gpusnap-counter" + self.data.replace("/", "_")
+        if os.path.exists(shm):
+            os.unlink(shm)
         shutil.rmtree(self.tmp, ignore_errors=True)
-
-    def _start_time(self):
-        return os.stat(self.tmp).st_mtime - 3600
 
     # --- running gpusnap ---------------------------------------------------
     def gs(self, *args, check=True, env=None, timeout=300):

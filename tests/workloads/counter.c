@@ -132,7 +132,10 @@ int main(int argc, char **argv) {
   if (deleted < 0 || write(deleted, pattern, sizeof pattern) != (ssize_t)sizeof pattern) fail("deleted file");
   unlink(path);
 
-  snprintf(path, sizeof path, "/dev/shm/gpusnap-counter-%d", (int)getpid());
+  /* Named after DIR, so a test knows what to clean up. */
+  snprintf(path, sizeof path, "/dev/shm/gpusnap-counter%s", dir);
+  for (char *c = path + strlen("/dev/shm/"); *c; c++)
+    if (*c == '/') *c = '_';
   int shm = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (shm < 0 || ftruncate(shm, sizeof pattern + sizeof(long)) != 0) fail("shm file");
   unsigned char *shared = mmap(NULL, sizeof pattern + sizeof(long), PROT_READ | PROT_WRITE, MAP_SHARED, shm, 0);
