@@ -33,6 +33,7 @@ void AddCheckpoint(CLI::App& app, Context& ctx);
 void AddRestore(CLI::App& app, Context& ctx);
 void AddSnapshots(CLI::App& app, Context& ctx);  // ls, inspect, rm
 void AddVersion(CLI::App& app, Context& ctx);
+void AddWebhook(CLI::App& app, Context& ctx);
 
 nlohmann::json ToJson(const Workload& w);
 std::string HumanBytes(uint64_t bytes);

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   gpusnap::cli::AddRestore(app, ctx);
   gpusnap::cli::AddSnapshots(app, ctx);
   gpusnap::cli::AddVersion(app, ctx);
+  gpusnap::cli::AddWebhook(app, ctx);
   CLI11_PARSE(app, argc, argv);
   return ctx.exit_code;
 }

@@ -54,12 +54,12 @@ class CertReloader {
   CertReloader& operator=(const CertReloader&) = delete;
 
  private:
-  struct Stamp {
-    dev_t dev = 0;
-    ino_t ino = 0;
-    off_t size = 0;
-    int64_t mtime_ns = 0;
-    int64_t ctime_ns = 0;
+  struct Stamp {  // of one file; a change of any field means "read again"
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    int64_t mtime_ns;
+    int64_t ctime_ns;
     bool operator==(const Stamp&) const = default;
   };
   CertReloader(std::string cert_file, std::string key_file, LogFn log);
@@ -72,7 +72,7 @@ class CertReloader {
   const LogFn log_;
   mutable std::mutex mu_;
   std::shared_ptr<const Pair> pair_;       // GUARDED_BY(mu_)
-  std::pair<Stamp, Stamp> stamps_;         // GUARDED_BY(mu_): of the files last tried
+  std::pair<Stamp, Stamp> stamps_{};       // GUARDED_BY(mu_): of the files last tried
 };
 
 }  // namespace gpusnap::k8s

@@ -34,6 +34,8 @@ std::string SpecDumpJson(const SnapshotMeta& meta) {
       {"hostname", meta.hostname},
       {"annotations",
        {{"io.container.manager", "gpusnap"},
+        // checkpointctl reads names the way containerd's CRI plugin writes them.
+        {"io.kubernetes.cri.container-name", DisplayName(meta)},
         {"org.gpusnap.snapshot.id", meta.id},
         {"org.gpusnap.source.name", DisplayName(meta)}}},
       {"linux", {{"namespaces", json::array({{{"type", "pid"}}, {{"type", "mount"}}})}}},

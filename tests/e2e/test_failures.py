@@ -1,0 +1,195 @@
+"""Nothing is lost: every failure leaves the source running, the store without
+half snapshots, and says what went wrong in one line."""
+import os
+import signal
+import socket
+import subprocess
+import time
+import unittest
+
+from harness import GPUSNAP, GpusnapCase, free_port
+
+
+class FailedCheckpoints(GpusnapCase):
+    def assert_source_runs_and_store_is_clean(self, pid):
+        c = self.count(pid)
+        self.wait_count(pid, c + 5)
+        self.assertEqual(self.snapshots(), [])
+        self.assertEqual(self.tmp_dirs(), [])
+
+    def test_failed_dump_leaves_source_running(self):
+        # An established connection without --tcp-established: CRIU refuses.
+        port = free_port()
+        pid = self.run_counter("refused", port)
+        conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+        conn.sendall(b"x\n")
+        conn.recv(64)
+        p = self.gs("checkpoint", "refused", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("CRIU dump failed", p.stderr)
+        self.assertIn("Error (", p.stderr)  # CRIU's own reason is shown
+        self.assert_source_runs_and_store_is_clean(pid)
+        conn.sendall(b"x\n")
+        self.assertTrue(conn.recv(64))  # and the connection still works
+        conn.close()
+
+    def _kill_at(self, phase, name):
+        pid = self.run_counter(name)
+        env = dict(self.env, GPUSNAP_TEST_PAUSE_AT=phase)
+        proc = subprocess.Popen([GPUSNAP, "checkpoint", name], env=env, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(proc.stderr.close)
+        line = ""
+        deadline = time.time() + 30
+        while time.time() < deadline and f"paused at {phase}" not in line:
+            line = proc.stderr.readline()
+        self.assertIn(f"paused at {phase}", line)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        return pid
+
+    def test_sigkill_before_dump(self):
+        pid = self._kill_at("dump", "k1")
+        self.assertEqual(self.snapshots(), [])
+        c = self.count(pid)
+        self.wait_count(pid, c + 5)
+        # The next run cleans what the killed one left, and works.
+        snap = self.checkpoint("k1", "--leave-running")
+        self.assertEqual(self.tmp_dirs(), [])
+        self.assertEqual([s["id"] for s in self.snapshots()], [snap])
+
+    def test_sigkill_while_tree_is_frozen(self):
+        # CRIU holds the tree frozen and waits for our answer; we die instead.
+        pid = self._kill_at("post-dump", "k2")
+        self.assertEqual(self.snapshots(), [])
+        c = self.count(pid)
+        self.wait_count(pid, c + 5)  # CRIU resumed it
+        # The next run cleans the temporary directory the killed one left.
+        self.assertEqual(len(self.tmp_dirs()), 1)
+        snap = self.checkpoint("k2", "--leave-running")
+        self.assertEqual(self.tmp_dirs(), [])
+        self.assertEqual([s["id"] for s in self.snapshots()], [snap])
+
+    def test_sigkill_after_publish(self):
+        # Published but not yet answered: the snapshot is whole, the source resumes.
+        pid = self._kill_at("published", "k3")
+        snaps = self.snapshots()
+        self.assertEqual(len(snaps), 1)
+        c = self.count(pid)
+        self.wait_count(pid, c + 5)
+        self.gs("inspect", "--verify", snaps[0]["id"])
+
+    def test_full_disk(self):
+        pid = self.run_counter("full")
+        small = os.path.join(self.tmp, "small")
+        os.makedirs(small)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", small], check=True)
+        try:
+            p = self.gs("checkpoint", "full", "--store", small, check=False)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("No space left on device", p.stderr)
+            c = self.count(pid)
+            self.wait_count(pid, c + 5)
+            self.assertEqual([n for n in os.listdir(os.path.join(small, "snapshots")) if not n.startswith("logs")], [])
+        finally:
+            subprocess.run(["umount", small], check=True)
+
+    def test_store_not_writable(self):
+        pid = self.run_counter("ro")
+        ro = os.path.join(self.tmp, "ro")
+        os.makedirs(ro)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", ro], check=True)
+        try:
+            p = self.gs("-q", "checkpoint", "ro", "--store", ro, check=False)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertIn("not writable", p.stderr)
+            self.assertIn(ro, p.stderr)
+        finally:
+            subprocess.run(["umount", ro], check=True)
+        self.wait_count(pid, self.count(pid) + 3)
+
+    def test_unknown_pid_and_name(self):
+        p = self.gs("checkpoint", "999999", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("gpusnap: error: no process with pid 999999", p.stderr)
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1)
+        p = self.gs("checkpoint", "no-such-workload", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("no workload named `no-such-workload`", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.store, "snapshots")) and self.snapshots())
+
+    def test_namespace_init_is_refused(self):
+        self.run_counter("init")
+        reaper = self.workloads()[0]["reaper_pid"]
+        p = self.gs("checkpoint", str(reaper), check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("init of its pid namespace", p.stderr)
+
+    def test_run_of_missing_program(self):
+        p = self.gs("run", "--name", "nope", "--", "/no/such/program", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("cannot start `/no/such/program`: No such file or directory", p.stderr)
+        self.assertEqual(self.workloads(), [])
+
+    def test_duplicate_workload_name(self):
+        self.run_counter("dup")
+        p = self.gs("run", "--name", "dup", "--", "sleep", "100", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("already running", p.stderr)
+
+
+class BadSnapshots(GpusnapCase):
+    def setUp(self):
+        super().setUp()
+        self.pid = self.run_counter("src")
+        self.snap = self.checkpoint("src", "--leave-running")
+        self.dir = os.path.join(self.store, "snapshots", self.snap)
+
+    def assert_refused(self, needle):
+        before = self.workloads()
+        p = self.gs("restore", self.snap, "--name", "copy", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(needle, p.stderr)
+        self.assertEqual(self.workloads(), before)  # nothing was restored
+        return p
+
+    def test_flipped_bit_is_refused_naming_the_file(self):
+        path = os.path.join(self.dir, "checkpoint", "pages-1.img")
+        with open(path, "r+b") as f:
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 0x01]))
+        p = self.assert_refused("checkpoint/pages-1.img")
+        self.assertIn("does not match its digest", p.stderr)
+
+    def test_truncated_image_is_refused(self):
+        path = os.path.join(self.dir, "checkpoint", "pstree.img")
+        os.truncate(path, 1)
+        self.assert_refused("checkpoint/pstree.img")
+
+    def test_missing_image_is_refused(self):
+        os.unlink(os.path.join(self.dir, "checkpoint", "inventory.img"))
+        self.assert_refused("is missing")
+
+    def test_unknown_schema_version(self):
+        meta = os.path.join(self.dir, "gpusnap.json")
+        text = open(meta).read().replace('"schema_version": "1.0"', '"schema_version": "9.0"')
+        open(meta, "w").write(text)
+        self.assert_refused("schema version 9.0 is not supported")
+
+    def test_unknown_snapshot(self):
+        p = self.gs("restore", "no-such-snapshot", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("no snapshot `no-such-snapshot`", p.stderr)
+        p = self.gs("restore", "../../etc", check=False)
+        self.assertIn("invalid snapshot id", p.stderr)
+
+    def test_restore_under_a_running_name_is_refused(self):
+        p = self.gs("restore", self.snap, check=False)  # "src" still runs
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("is running", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
