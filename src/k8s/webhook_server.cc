@@ -37,7 +37,8 @@ void AddRoutes(httplib::SSLServer& server, const WebhookOptions& o) {
   // Refusals httplib makes itself (413, 404, 405, ...) get a body and a log line.
   server.set_error_handler(
       httplib::Server::HandlerWithResponse([&o](const httplib::Request& req, httplib::Response& res) {
-        if (res.body.empty()) res.set_content(fmt::format("HTTP {}\n", res.status), "text/plain");
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours, logged already
+        res.set_content(fmt::format("HTTP {}\n", res.status), "text/plain");
         o.log(fmt::format("{} {} from {}: HTTP {}", req.method, req.path, req.remote_addr, res.status));
         return httplib::Server::HandlerResponse::Handled;
       }));
