@@ -182,7 +182,7 @@ std::string Execution::Rollback(std::span<const Op> phases, size_t failed, const
     done.push_back(fmt::format("{} {}", PastTense(step.op), PidList(pids_, which)));
   }
   for (size_t i : all_) report_.pids[i].rolled_back = touched[i];
-  if (done.empty()) return "; nothing to roll back";
+  if (done.empty()) return "";  // nothing had succeeded: nothing to undo
   return fmt::format("; rolled back: {}", fmt::join(done, ", then "));
 }
 
