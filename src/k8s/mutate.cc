@@ -149,13 +149,13 @@ void AddGpushare(json& pod, const MutateConfig& config, const std::string& place
 
 std::string Summary(const json& record) {
   std::vector<std::string> parts;
+  if (auto r = record.find("restore"); r != record.end())
+    parts.push_back(fmt::format("restore: `{}` into `{}` with {} GPU(s)", (*r)["snapshot"].get<std::string>(),
+                                (*r)["container"].get<std::string>(), (*r)["gpus"].get<int>()));
   if (auto g = record.find("gpushare"); g != record.end()) {
     std::vector<std::string> names = g->get<std::vector<std::string>>();
     parts.push_back(names.empty() ? "gpushare: no GPU container" : fmt::format("gpushare: {}", fmt::join(names, ", ")));
   }
-  if (auto r = record.find("restore"); r != record.end())
-    parts.push_back(fmt::format("restore: `{}` into `{}` with {} GPU(s)", (*r)["snapshot"].get<std::string>(),
-                                (*r)["container"].get<std::string>(), (*r)["gpus"].get<int>()));
   return parts.empty() ? "no gpusnap annotation" : fmt::format("{}", fmt::join(parts, "; "));
 }
 

@@ -1,0 +1,161 @@
+// The restore-from mutation: a pod becomes a placeholder the agent restores
+// into. Patches are cross-checked with kubectl and mutated twice
+// (pod_testing.h).
+#include <gtest/gtest.h>
+
+#include "k8s/mutate.h"
+#include "k8s/pod_testing.h"
+
+namespace gpusnap::k8s {
+namespace {
+
+using nlohmann::json;
+using namespace testing;  // NOLINT: the test helpers
+
+json Placeholder() { return Fixture("restore-placeholder.json"); }
+
+json Limits(const json& c) { return c["resources"]["limits"]; }
+
+MutateConfig WithLookup(std::function<Result<int>(const std::string&)> lookup) {
+  MutateConfig config;
+  config.snapshot_gpu_count = std::move(lookup);
+  return config;
+}
+
+TEST(Placeholder, KeepsImageAndRunsTheReaper) {
+  json pod = Placeholder();
+  auto r = MutateChecked(pod);
+  const json& c = Container(r.pod, "vllm");
+  EXPECT_EQ(c["image"], pod["spec"]["containers"][0]["image"]);
+  EXPECT_EQ(c["command"], json({"/gpusnap/bin/gpusnap", "__placeholder"}));
+  EXPECT_FALSE(c.contains("args"));
+  json original = json::parse(r.pod["metadata"]["annotations"]["gpusnap.io/original-command"].get<std::string>());
+  EXPECT_EQ(original["command"], pod["spec"]["containers"][0]["command"]);
+  EXPECT_EQ(original["args"], pod["spec"]["containers"][0]["args"]);
+}
+
+TEST(Placeholder, MountsSnapshotAndBundleReadOnly) {
+  auto r = MutateChecked(Placeholder());
+  const json& c = Container(r.pod, "vllm");
+  json snap = MountAt(c, "/gpusnap-snapshot");
+  json bundle = MountAt(c, "/gpusnap");
+  EXPECT_EQ(snap["readOnly"], true);
+  EXPECT_EQ(bundle["readOnly"], true);
+  EXPECT_EQ(Volume(r.pod, snap["name"])["hostPath"],
+            json({{"path", "/var/lib/gpusnap/snapshots/vllm-20250101-abc123"}, {"type", "Directory"}}));
+  EXPECT_EQ(Volume(r.pod, bundle["name"])["hostPath"]["path"], "/var/lib/gpusnap/bundle");
+  EXPECT_EQ(Env(c, "LD_PRELOAD"), nullptr);  // the reaper never gets the shim
+}
+
+TEST(Placeholder, LabelledForTheAgent) {
+  auto r = MutateChecked(Placeholder());
+  EXPECT_EQ(r.pod["metadata"]["labels"], json({{"gpusnap.io/placeholder", "true"}}));
+  json record = json::parse(r.pod["metadata"]["annotations"]["gpusnap.io/mutation"].get<std::string>());
+  EXPECT_EQ(record["restore"], json({{"container", "vllm"}, {"snapshot", "vllm-20250101-abc123"}, {"gpus", 2}}));
+}
+
+TEST(Placeholder, GpuCountFromAnnotation) {
+  bool asked = false;
+  auto r = MutateChecked(Placeholder(), WithLookup([&](const std::string&) -> Result<int> {
+                           asked = true;
+                           return 8;
+                         }));
+  const json& c = Container(r.pod, "vllm");
+  EXPECT_EQ(Limits(c)["nvidia.com/gpu"], "2");
+  EXPECT_EQ(c["resources"]["requests"]["nvidia.com/gpu"], "2");
+  EXPECT_FALSE(asked);
+}
+
+TEST(Placeholder, GpuCountFromSnapshotLookup) {
+  json pod = Placeholder();
+  pod["metadata"]["annotations"].erase("gpusnap.io/gpu-count");
+  std::string asked;
+  auto r = MutateChecked(pod, WithLookup([&](const std::string& id) -> Result<int> {
+                           asked = id;
+                           return 4;
+                         }));
+  EXPECT_EQ(asked, "vllm-20250101-abc123");
+  EXPECT_EQ(Limits(Container(r.pod, "vllm"))["nvidia.com/gpu"], "4");
+}
+
+TEST(Placeholder, GpuCountDefaultsToOneWithWarning) {
+  json pod = Placeholder();
+  pod["metadata"]["annotations"].erase("gpusnap.io/gpu-count");
+  pod["spec"]["containers"][0].erase("resources");
+  auto r = MutateChecked(pod, WithLookup([](const std::string& id) -> Result<int> {
+                           return Status::Error(Code::kNotFound, "no snapshot `{}` on this node", id);
+                         }));
+  EXPECT_EQ(Limits(Container(r.pod, "vllm")), json({{"nvidia.com/gpu", "1"}}));
+  EXPECT_TRUE(HasWarningAbout(r.m, "no snapshot"));
+  EXPECT_EQ(Limits(Container(MutateChecked(pod).pod, "vllm"))["nvidia.com/gpu"], "1");  // no lookup at all
+}
+
+TEST(Placeholder, InvalidGpuCountAnnotationIgnoredWithWarning) {
+  json pod = Placeholder();
+  pod["metadata"]["annotations"]["gpusnap.io/gpu-count"] = "two";
+  auto r = MutateChecked(pod, WithLookup([](const std::string&) -> Result<int> { return 3; }));
+  EXPECT_EQ(Limits(Container(r.pod, "vllm"))["nvidia.com/gpu"], "3");
+  EXPECT_TRUE(HasWarningAbout(r.m, "gpusnap.io/gpu-count"));
+}
+
+TEST(Placeholder, InvalidSnapshotIdIsError) {
+  for (const char* id : {"../../etc", "a/b", ".hidden"}) {
+    json pod = Placeholder();
+    pod["metadata"]["annotations"]["gpusnap.io/restore-from"] = id;
+    auto r = MutatePod(pod, {});
+    ASSERT_FALSE(r.ok()) << id;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  }
+}
+
+TEST(Placeholder, ContainerChosenByAnnotation) {
+  json pod = Placeholder();
+  json sidecar = {{"name", "proxy"}, {"image", "envoy:1"}, {"command", {"envoy"}}};
+  pod["spec"]["containers"].insert(pod["spec"]["containers"].begin(), sidecar);
+  pod["metadata"]["annotations"]["gpusnap.io/restore-container"] = "vllm";
+  auto r = MutateChecked(pod);
+  EXPECT_EQ(Container(r.pod, "proxy"), sidecar);
+  EXPECT_EQ(Container(r.pod, "vllm")["command"][1], "__placeholder");
+}
+
+TEST(Placeholder, MissingRestoreContainerIsError) {
+  json pod = Placeholder();
+  pod["metadata"]["annotations"]["gpusnap.io/restore-container"] = "nope";
+  auto r = MutatePod(pod, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("nope"), std::string::npos);
+}
+
+TEST(Placeholder, WithGpushareTheReaperGetsNoLdPreload) {
+  json pod = Placeholder();
+  pod["metadata"]["annotations"]["gpusnap.io/gpushare"] = "true";
+  auto r = MutateChecked(pod);
+  const json& c = Container(r.pod, "vllm");
+  EXPECT_EQ(Env(c, "LD_PRELOAD"), nullptr);
+  EXPECT_EQ(MountAt(c, "/gpusnap-store")["subPathExpr"], "$(GPUSNAP_POD_UID)");
+  int bundles = 0;
+  for (const json& v : r.pod["spec"]["volumes"]) bundles += v.contains("hostPath") && v["hostPath"]["path"] == "/var/lib/gpusnap/bundle";
+  EXPECT_EQ(bundles, 1);
+  EXPECT_EQ(r.m.summary, "restore: `vllm-20250101-abc123` into `vllm` with 2 GPU(s); gpushare: vllm");
+}
+
+TEST(Placeholder, LivenessProbeWarns) {
+  json pod = Placeholder();
+  pod["spec"]["containers"][0]["livenessProbe"] = {{"httpGet", {{"path", "/health"}, {"port", 8000}}}};
+  auto r = MutateChecked(pod);
+  EXPECT_TRUE(HasWarningAbout(r.m, "livenessProbe"));
+}
+
+TEST(Placeholder, ConfigPathsUsed) {
+  MutateConfig config;
+  config.snapshot_store_host_path = "/srv/snaps";
+  config.snapshot_mount_path = "/snap";
+  config.reaper_command = {"/gpusnap/bin/gpusnap", "__placeholder", "--wait"};
+  auto r = MutateChecked(Placeholder(), config);
+  const json& c = Container(r.pod, "vllm");
+  EXPECT_EQ(c["command"], json(config.reaper_command));
+  EXPECT_EQ(Volume(r.pod, MountAt(c, "/snap")["name"])["hostPath"]["path"], "/srv/snaps/snapshots/vllm-20250101-abc123");
+}
+
+}  // namespace
+}  // namespace gpusnap::k8s
