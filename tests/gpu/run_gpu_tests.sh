@@ -1,0 +1,178 @@
+#!/bin/bash
+# GPU tests of `gpusnap cuda` against the real driver on a real GPU: the
+# workloads of tests/gpu/workloads are suspended and resumed and must go on
+# exactly where they were. Exits 77 (skip) on a machine without an NVIDIA GPU.
+#
+# Env: GPUSNAP_BIN    the gpusnap binary (default build/gpusnap)
+#      GPU_TESTS_BIN  directory of gpu_counter and pinned_reader (default
+#                     build/gpu-tests; built here with nvcc when missing)
+#      GPU_TEST_GIB   device memory gpu_counter holds (default 4)
+#      GPU_TESTS_OUT  where the workloads' output goes (default a temp dir)
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || [ ! -e /dev/nvidia0 ]; then
+  echo "SKIP: no NVIDIA GPU here (nvidia-smi or /dev/nvidia0 is missing)"
+  exit 77
+fi
+GPUSNAP=${GPUSNAP_BIN:-$root/build/gpusnap}
+BIN=${GPU_TESTS_BIN:-$root/build/gpu-tests}
+GIB=${GPU_TEST_GIB:-4}
+OUT=${GPU_TESTS_OUT:-$(mktemp -d /tmp/gpusnap-gpu-tests-XXXXXX)}
+mkdir -p "$OUT"
+[ -x "$GPUSNAP" ] || { echo "FAIL: no gpusnap binary at $GPUSNAP"; exit 1; }
+
+build_workloads() {
+  local nvcc
+  nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  mkdir -p "$BIN"
+  for src in "$here"/workloads/*.cu; do
+    local name
+    name=$(basename "$src" .cu)
+    [ -x "$BIN/$name" ] && continue
+    echo "building $name with $nvcc"
+    "$nvcc" -O2 -std=c++17 -gencode 'arch=compute_90,code=[sm_90,compute_90]' -o "$BIN/$name" "$src" || exit 1
+  done
+}
+build_workloads
+
+started=()  # every workload this script started; killed on exit
+trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done' EXIT
+failures=0
+current=""
+
+fail() { echo "FAIL: $current: $*"; failures=$((failures + 1)); }
+# start NAME CMD... : runs CMD in the background, output in $OUT/NAME.out; sets $pid.
+start() {
+  local name=$1
+  shift
+  "$@" >"$OUT/$name.out" 2>&1 &
+  pid=$!
+  started+=("$pid")
+}
+# wait_for FILE REGEX [SECONDS]
+wait_for() {
+  local i
+  for ((i = 0; i < ${3:-60} * 10; i++)); do
+    grep -qE "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+last_step() { grep -oE '^step [0-9]+' "$1" | tail -1 | cut -d' ' -f2; }
+# The steps printed are 1, 2, 3, ... without a gap or a repeat, and none failed.
+steps_contiguous() {
+  grep -q -e MISMATCH -e SIGSEGV -e 'CUDA error' "$1" && return 1
+  grep -oE '^step [0-9]+' "$1" | cut -d' ' -f2 | awk '$1 != NR { exit 1 }'
+}
+gpu_mem_of() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', ' -v p="$1" '$1 == p { print $2 }'; }
+gs() { echo "+ gpusnap $*" >&2; "$GPUSNAP" "$@"; }
+
+test_counter_suspend_resume() {
+  current="gpu_counter ${GIB} GiB: suspend, resume"
+  start counter "$BIN/gpu_counter" --gib "$GIB" --interval-ms 100
+  local p=$pid
+  wait_for "$OUT/counter.out" '^step 5 ' 120 || { fail "no step 5: $(tail -3 "$OUT/counter.out")"; return; }
+  [ -n "$(gpu_mem_of "$p")" ] || fail "nvidia-smi does not list pid $p before the suspend"
+  gs cuda suspend "$p" || { fail "suspend failed"; return; }
+  [ "$(gs cuda state "$p")" = "$p CHECKPOINTED" ] || fail "state is not CHECKPOINTED"
+  [ -z "$(gpu_mem_of "$p")" ] || fail "pid $p still holds GPU memory while CHECKPOINTED"
+  local before during
+  before=$(last_step "$OUT/counter.out")
+  sleep 2
+  during=$(last_step "$OUT/counter.out")
+  [ "$during" = "$before" ] || fail "it advanced while checkpointed ($before -> $during)"
+  gs cuda resume "$p" || { fail "resume failed"; return; }
+  wait_for "$OUT/counter.out" "^step $((before + 5)) " 60 || fail "no progress after resume: $(tail -3 "$OUT/counter.out")"
+  steps_contiguous "$OUT/counter.out" || fail "the sequence broke: $(grep -m3 -e MISMATCH -e error "$OUT/counter.out")"
+  kill "$p"
+  [ "$failures" = "$1" ] && echo "PASS: $current"
+}
+
+test_two_counters_in_one_call() {
+  current="two gpu_counters: suspend and resume in one gpusnap call"
+  start counter_a "$BIN/gpu_counter" --gib 1 --interval-ms 100
+  local a=$pid
+  start counter_b "$BIN/gpu_counter" --gib 1 --interval-ms 100
+  local b=$pid
+  wait_for "$OUT/counter_a.out" '^step 3 ' 120 && wait_for "$OUT/counter_b.out" '^step 3 ' 120 || { fail "no step 3"; return; }
+  gs cuda suspend "$a" "$b" || { fail "suspend failed"; return; }
+  [ "$(gs cuda state "$a" "$b" | awk '{print $2}' | sort -u)" = "CHECKPOINTED" ] || fail "not both CHECKPOINTED"
+  local sa sb
+  sa=$(last_step "$OUT/counter_a.out")
+  sb=$(last_step "$OUT/counter_b.out")
+  gs cuda resume "$a" "$b" || { fail "resume failed"; return; }
+  wait_for "$OUT/counter_a.out" "^step $((sa + 3)) " 60 && wait_for "$OUT/counter_b.out" "^step $((sb + 3)) " 60 ||
+    fail "no progress after resume"
+  steps_contiguous "$OUT/counter_a.out" && steps_contiguous "$OUT/counter_b.out" || fail "a sequence broke"
+  kill "$a" "$b"
+  [ "$failures" = "$1" ] && echo "PASS: $current"
+}
+
+test_gpu_map() {
+  current="gpu_counter moved from GPU 0 to GPU 1 (--gpu-map 0=1,1=0)"
+  if [ "$(nvidia-smi -L | grep -c '^GPU ')" -lt 2 ]; then
+    echo "SKIP: $current: needs 2 GPUs"
+    return
+  fi
+  start moved "$BIN/gpu_counter" --gib 1 --interval-ms 100 --device 0
+  local p=$pid uuid1
+  uuid1=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader | awk -F', ' '$1 == 1 { print $2 }')
+  wait_for "$OUT/moved.out" '^step 3 ' 120 || { fail "no step 3"; return; }
+  gs cuda suspend "$p" || { fail "suspend failed"; return; }
+  local before
+  before=$(last_step "$OUT/moved.out")
+  gs cuda resume --gpu-map 0=1,1=0 "$p" || { fail "resume failed"; return; }
+  wait_for "$OUT/moved.out" "^step $((before + 3)) " 60 || fail "no progress after resume"
+  [ "$(gpu_mem_of "$p")" = "$uuid1" ] || fail "pid $p is on $(gpu_mem_of "$p"), not GPU 1 ($uuid1)"
+  steps_contiguous "$OUT/moved.out" || fail "the sequence broke"
+  kill "$p"
+  [ "$failures" = "$1" ] && echo "PASS: $current"
+}
+
+test_pinned_reader_paused() {
+  current="pinned_reader, reader paused across suspend/resume"
+  start pinned "$BIN/pinned_reader" --mib 256 --interval-ms 100
+  local p=$pid
+  wait_for "$OUT/pinned.out" '^step 3 ' 120 || { fail "no step 3: $(tail -3 "$OUT/pinned.out")"; return; }
+  kill -USR1 "$p"
+  wait_for "$OUT/pinned.out" '^reader paused' 10 || { fail "reader did not pause"; return; }
+  gs cuda suspend "$p" || { fail "suspend failed"; return; }
+  sleep 1
+  gs cuda resume "$p" || { fail "resume failed"; return; }
+  kill -USR2 "$p"
+  local before
+  before=$(last_step "$OUT/pinned.out")
+  wait_for "$OUT/pinned.out" "^step $((before + 3)) " 60 || fail "no progress after resume: $(tail -3 "$OUT/pinned.out")"
+  steps_contiguous "$OUT/pinned.out" || fail "$(grep -m2 -e MISMATCH -e SIGSEGV "$OUT/pinned.out")"
+  kill "$p"
+  [ "$failures" = "$1" ] && echo "PASS: $current"
+}
+
+# Informational: what a CPU thread that keeps reading pinned memory meets while
+# the GPU is checkpointed (DESIGN.md §2 step 4). Never counted as a failure.
+probe_pinned_reader_running() {
+  current="pinned_reader, reader running across suspend/resume"
+  start pinned_live "$BIN/pinned_reader" --mib 256 --interval-ms 100
+  local p=$pid
+  wait_for "$OUT/pinned_live.out" '^step 3 ' 120 || { echo "INFO: $current: did not start"; return; }
+  gs cuda suspend "$p" >/dev/null 2>&1
+  sleep 1
+  if kill -0 "$p" 2>/dev/null; then
+    gs cuda resume "$p" >/dev/null 2>&1
+    sleep 1
+  fi
+  echo "INFO: $current: $(grep -m1 -e SIGSEGV -e MISMATCH "$OUT/pinned_live.out" || echo "no fault; reader did $(grep -oE 'reads [0-9]+' "$OUT/pinned_live.out" | tail -1)")"
+  kill -9 "$p" 2>/dev/null
+}
+
+echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
+nvidia-smi -L
+gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
+for t in test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused; do
+  $t "$failures"
+done
+probe_pinned_reader_running
+echo "$failures failure(s)"
+[ "$failures" = 0 ]
