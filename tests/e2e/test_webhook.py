@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -44,7 +45,7 @@ def find_kubectl():
 
 KUBECTL = find_kubectl()
 if KUBECTL is None:
-    print("SKIP: no kubectl (scripts/fetch-kubectl.sh could not provide Debian's); "
+    print("SKIP: no working kubectl (set GPUSNAP_KUBECTL, or let scripts/fetch-kubectl.sh fetch Debian's); "
           "the patches cannot be checked with the real kubectl", file=sys.stderr)
     sys.exit(77)
 
@@ -95,14 +96,18 @@ def fixture(name):
 class WebhookCase(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="gpusnap-webhook-")
-        self.pki = Pki(self.tmp)
-        cert, key = self.pki.issue("first")
-        self.cert = os.path.join(self.tmp, "tls.crt")
-        self.key = os.path.join(self.tmp, "tls.key")
-        shutil.copy(cert, self.cert)
-        shutil.copy(key, self.key)
         self.cv = threading.Condition()
+        self.cert, self.key = self.make_certificate()
         self.start(self.cert, self.key, "--max-body-bytes", str(1 << 20))
+
+    def make_certificate(self):
+        """Sets self.ca and returns (cert, key) paths for the webhook."""
+        self.pki = Pki(self.tmp)
+        self.ca = self.pki.ca
+        cert, key = self.pki.issue("first")
+        shutil.copy(cert, os.path.join(self.tmp, "tls.crt"))
+        shutil.copy(key, os.path.join(self.tmp, "tls.key"))
+        return os.path.join(self.tmp, "tls.crt"), os.path.join(self.tmp, "tls.key")
 
     def tearDown(self):
         rc = self.stop()
@@ -150,10 +155,16 @@ class WebhookCase(unittest.TestCase):
                 self.cv.wait(left)
 
     # --- talking to the webhook ------------------------------------------
+    server_name = None  # the name the certificate is checked against (None: 127.0.0.1)
+
     def connect(self):
-        ctx = ssl.create_default_context(cafile=self.pki.ca)
+        ctx = ssl.create_default_context(cafile=self.ca)
         conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=ctx, timeout=20)
-        conn.connect()
+        if self.server_name:  # as a client of the Service would, connecting by address
+            raw = socket.create_connection(("127.0.0.1", self.port), timeout=20)
+            conn.sock = ctx.wrap_socket(raw, server_hostname=self.server_name)
+        else:
+            conn.connect()
         return conn
 
     def request(self, method, path, body=None):
