@@ -1,0 +1,552 @@
+#!/usr/bin/env python3
+"""A small LLM inference server for gpusnap's benchmark.
+
+A Llama-architecture model (transformers' LlamaForCausalLM) built from a
+config, with seeded random bf16 weights kept in a safetensors file and loaded
+from it at every start, so that a cold start pays what a real one pays: Python
+and library imports, CUDA init, reading the weights and copying them to the
+GPU, building the model, a warm-up generate. It then answers greedy
+generations of one fixed prompt (fixed token ids, no tokenizer) over HTTP on
+127.0.0.1, one request per connection:
+
+    GET  /health    200 "ok" (the port is only opened once the model is warm)
+    GET  /info      the server's phase timestamps, model, identity
+    POST /generate  {"tokens": [...], "seconds": t, ...}   (GET works too;
+                    optional ?max_new_tokens=N or a JSON body of the same)
+
+It prints one line per phase of its start on stdout: `PHASE <name> <unix time>`.
+
+Built to be checkpointed: a single thread serves, no connection outlives its
+request (HTTP/1.0, Connection: close), nothing talks to the outside.
+
+    python3 server.py --model 8b --weights-dir /tmp/gpusnap-weights --prepare   # write the weights once
+    python3 server.py --model 8b --weights-dir /tmp/gpusnap-weights --port 18080
+
+Only the standard library is imported at module level: argument parsing, the
+prompt and the HTTP protocol work (and are tested) without torch. `--backend
+fake` serves the same protocol from a CPU-only stand-in (a block of seeded
+bytes as "weights", tokens derived from a hash of them) so the benchmark's
+orchestration can be tested with CRIU on a machine without a GPU.
+"""
+import argparse
+import hashlib
+import http.server
+import json
+import os
+import random
+import socketserver
+import sys
+import time
+import urllib.parse
+
+T_START = time.time()
+
+# Model shapes. 1b is Llama-3.2-1B's shape and 8b Llama-3.1-8B's; both with
+# untied embeddings (an lm_head of its own), bf16, random weights.
+PRESETS = {
+    "tiny": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=512, vocab_size=32000),
+    "1b": dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+               intermediate_size=8192, vocab_size=128256),
+    "8b": dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+               intermediate_size=14336, vocab_size=128256),
+}
+WEIGHT_SEED = 1234
+WEIGHT_STD = 0.02
+PROMPT_SEED = 4321
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+MARKER_FILE = "gpusnap-bench.json"   # written last: its presence means the directory is complete
+FAKE_WEIGHTS_FILE = "fake-weights.bin"
+
+
+def phase(name, t):
+    """One line per phase of the start, for the benchmark to read."""
+    print(f"PHASE {name} {t:.6f}", flush=True)
+
+
+def info(**kw):
+    print("INFO " + json.dumps(kw, sort_keys=True), flush=True)
+
+
+def param_count(p):
+    """Parameters of a preset (untied embeddings, no biases)."""
+    h, layers, heads, kv, inter, vocab = (p["hidden_size"], p["num_hidden_layers"], p["num_attention_heads"],
+                                          p["num_key_value_heads"], p["intermediate_size"], p["vocab_size"])
+    head_dim = h // heads
+    attn = h * h * 2 + h * kv * head_dim * 2          # q, o; k, v
+    mlp = 3 * h * inter                                # gate, up, down
+    per_layer = attn + mlp + 2 * h                     # two RMSNorms
+    return 2 * vocab * h + layers * per_layer + h      # embed, lm_head, final norm
+
+
+def prompt_ids(n, vocab, seed=PROMPT_SEED):
+    """The fixed prompt: n token ids from a seeded generator (no tokenizer)."""
+    rng = random.Random(seed)
+    return [rng.randrange(vocab) for _ in range(n)]
+
+
+def weights_spec(args):
+    """What the weight files must have been made from; stored in the marker."""
+    spec = {"model": args.model, "seed": WEIGHT_SEED, "std": WEIGHT_STD, "dtype": "bfloat16", "tied": False,
+            "format": 1}
+    if args.backend == "fake":
+        spec = {"model": "fake", "seed": WEIGHT_SEED, "fake_mb": args.fake_mb, "format": 1}
+    else:
+        spec.update(PRESETS[args.model])
+    return spec
+
+
+def model_dir(args):
+    sub = f"fake-{args.fake_mb}mb" if args.backend == "fake" else args.model
+    return os.path.join(args.weights_dir, sub)
+
+
+def weights_present(args):
+    try:
+        with open(os.path.join(model_dir(args), MARKER_FILE)) as f:
+            return json.load(f) == weights_spec(args)
+    except (OSError, ValueError):
+        return False
+
+
+def write_atomically(path, write):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    write(tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_text(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def write_marker(args):
+    d = model_dir(args)
+
+    write_atomically(os.path.join(d, MARKER_FILE),
+                     lambda p: write_text(p, json.dumps(weights_spec(args), indent=1, sort_keys=True)))
+
+
+# --------------------------------------------------------------------------
+# Backends: each has prepare(args), load(args) -> model, generate(model, ids, n)
+
+
+class FakeBackend:
+    """CPU stand-in with the torch backend's shape: a weights file read at
+    start, state in memory, deterministic tokens that depend on that state."""
+
+    name = "fake"
+
+    def __init__(self, args):
+        self.args = args
+        self.vocab = PRESETS[args.model]["vocab_size"]
+
+    def imports(self):
+        pass
+
+    def prepare(self):
+        d = model_dir(self.args)
+        os.makedirs(d, exist_ok=True)
+        rng = random.Random(WEIGHT_SEED)
+        n = self.args.fake_mb << 20
+
+        def w(p):
+            with open(p, "wb") as f:
+                f.write(rng.randbytes(n))
+
+        write_atomically(os.path.join(d, FAKE_WEIGHTS_FILE), w)
+        write_marker(self.args)
+
+    def describe(self):
+        return {"backend": "fake", "fake_mb": self.args.fake_mb}
+
+    def init_device(self):
+        pass
+
+    def load(self):
+        with open(os.path.join(model_dir(self.args), FAKE_WEIGHTS_FILE), "rb") as f:
+            self.weights = bytearray(f.read())
+        return self.weights
+
+    def build(self, weights):
+        return weights
+
+    def generate(self, model, ids, n):
+        state = hashlib.sha256(bytes(model)).digest()
+        state = hashlib.sha256(state + json.dumps(ids).encode()).digest()
+        out = []
+        for _ in range(n):
+            state = hashlib.sha256(state).digest()
+            out.append(int.from_bytes(state[:4], "little") % self.vocab)
+        return out
+
+    def pinned(self, mb):
+        return None
+
+    def release(self):
+        pass
+
+    def pinned_check(self, buf):
+        return None
+
+
+class TorchBackend:
+    name = "torch"
+
+    def __init__(self, args):
+        self.args = args
+        self.preset = PRESETS[args.model]
+
+    def imports(self):
+        global torch, transformers, safetensors_torch
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        import safetensors.torch as safetensors_torch  # noqa: F401
+        # transformers imports its model code lazily: pay for it here, not in a later phase.
+        from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: F401
+        self.how = None
+
+    def config(self):
+        from transformers import LlamaConfig
+        cfg = LlamaConfig(**self.preset, max_position_embeddings=8192, rms_norm_eps=1e-5,
+                          tie_word_embeddings=False, bos_token_id=None, eos_token_id=None, pad_token_id=0,
+                          use_cache=True)
+        try:
+            cfg._attn_implementation = self.args.attn
+        except Exception:  # a transformers without the setter: keep its default
+            pass
+        return cfg
+
+    def describe(self):
+        d = {"backend": "torch", "torch": torch.__version__, "transformers": transformers.__version__,
+             "params": param_count(self.preset), "weights_bytes": 2 * param_count(self.preset)}
+        if torch.cuda.is_available() and self.args.device.startswith("cuda"):
+            d["gpu"] = torch.cuda.get_device_name(torch.device(self.args.device))
+        return d
+
+    def meta_model(self, cfg):
+        from transformers import LlamaForCausalLM
+        old = torch.get_default_dtype()
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            with torch.device("meta"):
+                return LlamaForCausalLM(cfg)
+        finally:
+            torch.set_default_dtype(old)
+
+    def prepare(self):
+        """Seeded random weights (normal, std 0.02; norms 1), written once."""
+        d = model_dir(self.args)
+        os.makedirs(d, exist_ok=True)
+        cfg = self.config()
+        shapes = [(n, tuple(p.shape)) for n, p in self.meta_model(cfg).named_parameters()]
+        torch.manual_seed(WEIGHT_SEED)
+        gen_dev = self.args.device if torch.cuda.is_available() and self.args.device.startswith("cuda") else "cpu"
+        g = torch.Generator(device=gen_dev)
+        g.manual_seed(WEIGHT_SEED)
+        sd = {}
+        for name, shape in shapes:
+            if name.endswith("norm.weight"):
+                t = torch.ones(shape, dtype=torch.bfloat16)
+            else:
+                t = torch.empty(shape, dtype=torch.bfloat16, device=gen_dev).normal_(0.0, WEIGHT_STD, generator=g)
+            sd[name] = t.cpu().contiguous()
+        write_atomically(os.path.join(d, WEIGHTS_FILE),
+                         lambda p: safetensors_torch.save_file(sd, p, metadata={"format": "pt"}))
+        write_atomically(os.path.join(d, CONFIG_FILE), lambda p: write_text(p, cfg.to_json_string()))
+        write_marker(self.args)
+
+    def init_device(self):
+        if self.args.device.startswith("cuda"):
+            torch.cuda.init()
+            torch.empty(1, device=self.args.device)  # creates the context
+
+    def load(self):
+        return safetensors_torch.load_file(os.path.join(model_dir(self.args), WEIGHTS_FILE), device=self.args.device)
+
+    def build(self, sd):
+        """The model around the loaded tensors: built on the meta device and
+        given the tensors as they are (no second copy, no random init). Falls
+        back to a plain build + copy if this transformers version leaves
+        anything on meta (checked, and by a forward pass of two tokens)."""
+        cfg = self.config()
+        dev = torch.device(self.args.device)
+        how = "meta"
+        try:
+            model = self.meta_model(cfg)
+            model.load_state_dict(sd, strict=True, assign=True)
+            self._rebuild_meta_buffers(model, cfg, dev)
+            left = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.is_meta]
+            if left:
+                raise RuntimeError(f"left on meta: {left[:3]}")
+            model.eval()
+            with torch.inference_mode():
+                model(input_ids=torch.tensor([[1, 2]], dtype=torch.long, device=dev))
+        except Exception as e:  # noqa: BLE001
+            print(f"meta-device build failed ({e!r}); building plainly", flush=True)
+            model = None
+            from transformers import LlamaForCausalLM
+            how = "plain"
+            old = torch.get_default_dtype()
+            torch.set_default_dtype(torch.bfloat16)
+            try:
+                with dev:
+                    model = LlamaForCausalLM(cfg)
+            finally:
+                torch.set_default_dtype(old)
+            model.load_state_dict(sd, strict=True)
+        self.how = how
+        info(build=how)
+        model.eval()
+        return model
+
+    def release(self):
+        """After a plain build the loaded tensors were copied and dropped: give
+        their GPU memory back rather than keep it cached (and checkpointed)."""
+        if self.how == "plain" and torch.cuda.is_available():
+            import gc
+            gc.collect()
+            torch.cuda.empty_cache()
+
+    @staticmethod
+    def _rebuild_meta_buffers(model, cfg, dev):
+        """Non-persistent buffers (the rotary embedding's inv_freq) are not in
+        the state dict: re-create the modules that own them on the device."""
+        for mod_name, mod in list(model.named_modules()):
+            if not any(b.is_meta for b in mod.buffers(recurse=False)):
+                continue
+            if not type(mod).__name__.endswith("RotaryEmbedding"):
+                raise RuntimeError(f"module {mod_name} ({type(mod).__name__}) has meta buffers")
+            fresh = type(mod)(config=getattr(mod, "config", cfg), device=dev)
+            parent_name, _, attr = mod_name.rpartition(".")
+            setattr(model.get_submodule(parent_name) if parent_name else model, attr, fresh)
+
+    def generate(self, model, ids, n):
+        from transformers import GenerationConfig
+        gc = GenerationConfig(max_new_tokens=n, do_sample=False, num_beams=1, pad_token_id=0,
+                              eos_token_id=None, bos_token_id=None)
+        dev = torch.device(self.args.device)
+        x = torch.tensor([ids], dtype=torch.long, device=dev)
+        with torch.inference_mode():
+            out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gc)
+        return out[0, len(ids):].tolist()
+
+    def pinned(self, mb):
+        """A pinned host buffer filled with a seeded pattern (checkpoint and
+        restore must bring pinned memory back, mapped and intact)."""
+        if mb <= 0:
+            return None
+        n = mb << 20
+        buf = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+        g = torch.Generator(device=self.args.device)
+        g.manual_seed(WEIGHT_SEED + 1)
+        buf.copy_(torch.randint(0, 256, (n,), dtype=torch.uint8, device=self.args.device, generator=g))
+        torch.cuda.synchronize()
+        return buf
+
+    def pinned_check(self, buf):
+        """Checksums of the pinned buffer read by the CPU (a page per 4 KiB)
+        and by the GPU (the whole buffer, copied host to device)."""
+        if buf is None:
+            return None
+        cpu = int(buf[::4096].sum(dtype=torch.int64))
+        gpu = int(buf.to(self.args.device, non_blocking=True).sum(dtype=torch.int64))
+        return {"cpu": cpu, "gpu": gpu}
+
+
+# --------------------------------------------------------------------------
+# HTTP
+
+
+class Server(http.server.HTTPServer):
+    """http.server's HTTPServer without its reverse DNS lookup of the host at
+    bind (getfqdn can stall for seconds on a machine with no resolver)."""
+
+    def server_bind(self):
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
+class State:
+    def __init__(self, backend, model, args, phases, extra):
+        self.backend, self.model, self.args = backend, model, args
+        self.prompt = prompt_ids(args.prompt_len, PRESETS[args.model]["vocab_size"])
+        self.phases = phases
+        self.extra = extra
+        self.served = 0
+        self.pinned = None
+        self.pinned_ref = None
+
+    def generate(self, n):
+        t = time.time()
+        tokens = self.backend.generate(self.model, self.prompt, n)
+        seconds = time.time() - t
+        self.served += 1
+        ans = {"tokens": tokens, "seconds": round(seconds, 6), "served": self.served, "pid": os.getpid(),
+               "started": self.phases.get("start"), "model": self.args.model, "backend": self.backend.name}
+        if self.pinned is not None:
+            check = self.backend.pinned_check(self.pinned)
+            ans["pinned_mb"] = self.args.pinned_mb
+            ans["pinned_ok"] = check == self.pinned_ref
+            ans["pinned_check"] = check
+        return ans
+
+    def info(self):
+        return {"phases": self.phases, "model": self.args.model, "backend": self.backend.name,
+                "prompt": self.prompt, "max_new_tokens": self.args.max_new_tokens, "served": self.served,
+                "pid": os.getpid(), "pinned_mb": self.args.pinned_mb, **self.extra}
+
+
+def parse_max_new_tokens(path, body, default):
+    """max_new_tokens from the query (?max_new_tokens=N) or a JSON body
+    ({"max_new_tokens": N}); the default otherwise. ValueError if invalid."""
+    q = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+    n = default
+    if "max_new_tokens" in q:
+        n = int(q["max_new_tokens"][0])
+    if body:
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            raise ValueError("body is not JSON")
+        if not isinstance(doc, dict):
+            raise ValueError("body is not a JSON object")
+        if "max_new_tokens" in doc:
+            n = doc["max_new_tokens"]
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 4096:
+        raise ValueError("max_new_tokens must be an integer in 1..4096")
+    return n
+
+
+def make_handler(state):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+        server_version = "gpusnap-bench/1"
+
+        def reply(self, code, body, ctype="application/json"):
+            data = body if isinstance(body, bytes) else (json.dumps(body) + "\n").encode()
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+            self.close_connection = True
+
+        def route(self, body):
+            path = urllib.parse.urlsplit(self.path).path
+            if path == "/health":
+                return self.reply(200, b"ok\n", "text/plain")
+            if path == "/info":
+                return self.reply(200, state.info())
+            if path == "/generate":
+                try:
+                    n = parse_max_new_tokens(self.path, body, state.args.max_new_tokens)
+                except ValueError as e:
+                    return self.reply(400, {"error": str(e)})
+                try:
+                    ans = state.generate(n)
+                except Exception as e:  # noqa: BLE001 - report it, keep serving
+                    print(f"generate failed: {e!r}", flush=True)
+                    return self.reply(500, {"error": repr(e)})
+                print(f"REQ generate {n} tokens {ans['seconds']:.3f} s served={ans['served']}", flush=True)
+                return self.reply(200, ans)
+            return self.reply(404, {"error": f"no such path {path}"})
+
+        def do_GET(self):
+            self.route(b"")
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            self.route(self.rfile.read(length) if length > 0 else b"")
+
+        def log_message(self, fmt, *a):  # requests are logged by route(); errors only here
+            pass
+
+        def log_error(self, fmt, *a):
+            print("HTTP error: " + fmt % a, flush=True)
+
+    return Handler
+
+
+# --------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description="Llama-shaped inference server for gpusnap's benchmark")
+    p.add_argument("--model", choices=sorted(PRESETS), default="8b")
+    p.add_argument("--weights-dir", default="/tmp/gpusnap-weights",
+                   help="where the weights live: <dir>/<model>/model.safetensors (+ config.json)")
+    p.add_argument("--prepare", action="store_true", help="write the weights if missing, then exit")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=18080)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--pinned-mb", type=int, default=0, help="also hold a pinned host buffer of this size")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--attn", default="sdpa", help="attention implementation (transformers' name)")
+    p.add_argument("--backend", choices=["torch", "fake"], default="torch",
+                   help="fake: a CPU stand-in with the same protocol, for tests without a GPU")
+    p.add_argument("--fake-mb", type=int, default=64, help="fake backend: size of its 'weights'")
+    a = p.parse_args(argv)
+    if a.port < 0 or a.port > 65535:
+        p.error("--port out of range")
+    if a.max_new_tokens < 1 or a.prompt_len < 1 or a.pinned_mb < 0 or a.fake_mb < 1:
+        p.error("--max-new-tokens, --prompt-len and --fake-mb must be positive, --pinned-mb not negative")
+    return a
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    phases = {}
+
+    def mark(name):
+        phases[name] = T_START if name == "start" else time.time()
+        phase(name, phases[name])
+
+    mark("start")
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    backend = (FakeBackend if args.backend == "fake" else TorchBackend)(args)
+    backend.imports()
+    mark("imports")
+    if args.prepare or not weights_present(args):
+        if not args.prepare:
+            print(f"weights missing in {model_dir(args)}: preparing them (not part of a real cold start)",
+                  flush=True)
+        if not weights_present(args):
+            backend.prepare()
+        info(weights_dir=model_dir(args), **backend.describe())
+        mark("prepared")
+        if args.prepare:
+            return 0
+    backend.init_device()
+    mark("device")
+    sd = backend.load()
+    mark("weights")
+    model = backend.build(sd)
+    del sd
+    backend.release()
+    mark("model")
+    state = State(backend, model, args, phases, {})
+    state.pinned = backend.pinned(args.pinned_mb)
+    state.pinned_ref = backend.pinned_check(state.pinned)
+    if state.pinned is not None:
+        mark("pinned")
+    warm = backend.generate(model, state.prompt, args.max_new_tokens)
+    state.extra["warmup_tokens"] = warm
+    mark("warmup")
+    httpd = Server((args.host, args.port), make_handler(state))
+    state.extra["port"] = httpd.server_address[1]
+    info(port=httpd.server_address[1], **backend.describe())
+    mark("ready")
+    httpd.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""Tests of the benchmark's non-GPU parts: no torch needed.
+
+    python3 -m unittest discover -s bench -p 'test_*.py' -v
+
+- benchlib (the JSON and arithmetic of run_bench.sh), client and server
+  argument parsing, the prompt, parameter counts;
+- the HTTP protocol, against server.py's fake backend;
+- run_bench.sh itself under the real gpusnap and CRIU with the fake backend
+  (root and a built gpusnap needed, else skipped; GPUSNAP_BIN picks the binary).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import benchlib  # noqa: E402
+import client  # noqa: E402
+import server  # noqa: E402
+
+GPUSNAP = os.environ.get("GPUSNAP_BIN", os.path.join(HERE, "..", "build", "gpusnap"))
+
+
+def answer(tokens, served, started=100.0, **kw):
+    return {"tokens": tokens, "served": served, "started": started, "seconds": 0.1, **kw}
+
+
+class Pure(unittest.TestCase):
+    def test_param_counts_match_the_real_models(self):
+        self.assertAlmostEqual(server.param_count(server.PRESETS["8b"]) / 1e9, 8.03, places=2)
+        # Llama-3.2-1B has 1.24 B with tied embeddings; untied adds one vocab x hidden matrix.
+        p = server.PRESETS["1b"]
+        self.assertAlmostEqual((server.param_count(p) - p["vocab_size"] * p["hidden_size"]) / 1e9, 1.24, places=2)
+
+    def test_prompt_is_fixed_and_in_vocab(self):
+        a = server.prompt_ids(32, 128256)
+        self.assertEqual(a, server.prompt_ids(32, 128256))
+        self.assertEqual(len(a), 32)
+        self.assertTrue(all(0 <= t < 128256 for t in a))
+        self.assertNotEqual(a, server.prompt_ids(32, 128256, seed=1))
+
+    def test_server_args(self):
+        a = server.parse_args(["--model", "1b", "--port", "9", "--pinned-mb", "64"])
+        self.assertEqual((a.model, a.port, a.pinned_mb, a.max_new_tokens, a.backend), ("1b", 9, 64, 32, "torch"))
+        with self.assertRaises(SystemExit):
+            server.parse_args(["--model", "70b"])
+        with self.assertRaises(SystemExit):
+            server.parse_args(["--max-new-tokens", "0"])
+
+    def test_max_new_tokens_from_query_or_body(self):
+        f = server.parse_max_new_tokens
+        self.assertEqual(f("/generate", b"", 32), 32)
+        self.assertEqual(f("/generate?max_new_tokens=5", b"", 32), 5)
+        self.assertEqual(f("/generate", b'{"max_new_tokens": 7}', 32), 7)
+        self.assertEqual(f("/generate", b"{}", 32), 32)
+        for path, body in [("/generate?max_new_tokens=x", b""), ("/generate", b"[1]"), ("/generate", b"nope"),
+                           ("/generate", b'{"max_new_tokens": 0}'), ("/generate", b'{"max_new_tokens": true}'),
+                           ("/generate", b'{"max_new_tokens": 1.5}')]:
+            with self.assertRaises(ValueError, msg=(path, body)):
+                f(path, body, 32)
+
+    def test_weights_spec_names_what_matters(self):
+        a = server.parse_args(["--model", "8b"])
+        spec = server.weights_spec(a)
+        self.assertEqual(spec["hidden_size"], 4096)
+        self.assertEqual(spec["seed"], server.WEIGHT_SEED)
+        self.assertFalse(spec["tied"])
+        self.assertEqual(server.model_dir(a), "/tmp/gpusnap-weights/8b")
+
+    def test_client_exec_takes_the_rest_of_the_line(self):
+        a = client.parse_args(["--port", "1", "--exec", "--", "gpusnap", "--json", "run", "--port", "x"])
+        self.assertEqual(a.cmd, ["gpusnap", "--json", "run", "--port", "x"])
+        self.assertEqual(a.port, 1)
+        self.assertEqual(client.parse_args(["--port", "1", "--exec", "ls", "-l"]).cmd, ["ls", "-l"])
+        self.assertIsNone(client.parse_args(["--port", "1"]).cmd)
+        with self.assertRaises(SystemExit):
+            client.parse_args(["--port", "1", "--exec", "--"])
+
+    def test_client_watches_the_pid_gpusnap_printed(self):
+        self.assertEqual(client.watched_pid({"pid": 42, "reaper_pid": 41}), 42)
+        self.assertIsNone(client.watched_pid("42\n"))
+        self.assertIsNone(client.watched_pid({"pid": 0}))
+        self.assertTrue(client.alive(os.getpid()))
+        self.assertFalse(client.alive(2 ** 22 + 12345))
+
+    def test_dig(self):
+        d = {"a": {"b": [1, {"c": 2}]}}
+        self.assertEqual(benchlib.dig(d, "a.b.1.c"), 2)
+        self.assertEqual(benchlib.dig(d, "a.b.-1.c"), 2)
+        self.assertIsNone(benchlib.dig(d, "a.x"))
+        self.assertIsNone(benchlib.dig(d, "a.b.7"))
+        self.assertEqual(benchlib.as_text(None), "")
+        self.assertEqual(benchlib.as_text(True), "true")
+
+    def test_running_workloads(self):
+        ps = [{"name": "bench", "pid": 10, "reaper_pid": 9, "running": True},
+              {"name": "old", "pid": 5, "reaper_pid": 4, "running": False}]
+        self.assertEqual(benchlib.running_workloads(ps), [("bench", 10, 9)])
+        self.assertEqual(benchlib.running_workloads({}), [])
+
+    def test_phase_lines_first_occurrence_wins(self):
+        text = "PHASE start 10.0\nnoise\nPHASE imports 12.5\nPHASE bad x\nPHASE ready 20\nPHASE start 99\n"
+        self.assertEqual(benchlib.parse_phase_lines(text), {"start": 10.0, "imports": 12.5, "ready": 20.0})
+        self.assertEqual(benchlib.parse_info_lines('INFO {"a": 1}\nINFO {"b": 2}\nINFO nope\n'), {"a": 1, "b": 2})
+
+    def test_cold_intervals_chain_from_launch_to_first_answer(self):
+        phases = {"start": 1.5, "imports": 5.0, "device": 5.5, "weights": 9.0, "model": 9.2, "warmup": 10.0,
+                  "ready": 10.1}
+        iv = benchlib.cold_intervals(phases, 1.0, 11.0)
+        self.assertAlmostEqual(sum(v for _, v in iv), 10.0)
+        self.assertEqual(iv[0][1], 0.5)
+        self.assertEqual(iv[-1][0], "first /generate answered")
+        self.assertNotIn("pinned host buffer", [label for label, _ in iv])
+
+    def test_compare_accepts_a_true_restore(self):
+        cold = {"answer": answer([1, 2, 3], 1, pinned_mb=8, pinned_ok=True, pinned_check={"cpu": 1, "gpu": 2})}
+        prev = answer([1, 2, 3], 2)
+        new = {"answer": answer([1, 2, 3], 3, pinned_mb=8, pinned_ok=True, pinned_check={"cpu": 1, "gpu": 2})}
+        self.assertEqual(benchlib.compare(cold, prev, new, "r"), [])
+
+    def test_compare_catches_each_kind_of_difference(self):
+        cold, prev = answer([1, 2, 3], 1), answer([1, 2, 3], 2)
+        self.assertIn("tokens differ", benchlib.compare(cold, prev, answer([1, 9, 3], 3), "r")[0])
+        self.assertIn("index 1", benchlib.compare(cold, prev, answer([1, 9, 3], 3), "r")[0])
+        self.assertIn("new process", benchlib.compare(cold, prev, answer([1, 2, 3], 3, started=5.0), "r")[0])
+        self.assertIn("served count", benchlib.compare(cold, prev, answer([1, 2, 3], 1), "r")[0])
+        bad_pin = answer([1, 2, 3], 3, pinned_mb=8, pinned_ok=False, pinned_check={"cpu": 0, "gpu": 0})
+        self.assertIn("pinned", benchlib.compare(cold, prev, bad_pin, "r")[0])
+        self.assertIn("no tokens", benchlib.compare(cold, prev, {"error": "x"}, "r")[0])
+
+    def test_timing_rows_in_phase_order_total_last(self):
+        rows = benchlib.timing_rows({"total": 3.0, "publish": 0.1, "dump": 2.0, "resolve": 0.1, "zz-new": 0.5,
+                                     "gpu-checkpoint": 0.3, "note": "text"})
+        self.assertEqual([k for k, _ in rows], ["resolve", "gpu-checkpoint", "dump", "publish", "zz-new",
+                                                "total (gpusnap)"])
+        rows = benchlib.timing_rows({"criu-restore": 1, "verify": 1, "unlock": 1, "gpu-restore": 1, "namespace": 1})
+        self.assertEqual([k for k, _ in rows], ["verify", "namespace", "criu-restore", "gpu-restore", "unlock"])
+
+    def test_ratio_formatting(self):
+        self.assertEqual(benchlib.fmt_ratio(10, 10), "1.00")
+        self.assertEqual(benchlib.fmt_ratio(2, 10), "0.20 (5.0x faster)")
+        self.assertEqual(benchlib.fmt_ratio(20, 10), "2.00 (2.0x slower)")
+        self.assertEqual(benchlib.fmt_ratio(2, 10, speed=False), "0.20")
+        self.assertEqual(benchlib.fmt_ratio(None, 10), "")
+        self.assertEqual(benchlib.fmt_bytes(3 * 1024 ** 3), "3.0 GiB")
+
+    def files(self, cold=40.0, restores=(6.0,), dropped=None, model="8b"):
+        f = {"env": {"model": model},
+             "cold": {"t0": 1000.0, "first_token_s": cold, "answer": answer([1, 2], 1),
+                      "intervals": [{"phase": "imports", "seconds": 5.0}]}}
+        for i, r in enumerate(restores, 1):
+            f[f"cycle-{i}-checkpoint"] = {"wall_s": 9.0, "output": {"id": f"s{i}", "total_bytes": 18 << 30,
+                                                                    "timings_s": {"dump": 5.0, "total": 8.9}}}
+            f[f"cycle-{i}-restore"] = {"cmd_s": r - 1, "first_token_s": r,
+                                       "cmd_output": {"timings_s": {"verify": 0.5, "criu-restore": 3.0}}}
+        if dropped:
+            f["restore-dropped"] = {"cmd_s": dropped - 1, "first_token_s": dropped, "cmd_output": {"timings_s": {}}}
+        return f
+
+    def test_assemble_summary_and_targets(self):
+        res = benchlib.assemble(self.files(dropped=15.0))
+        s = res["summary"]
+        self.assertEqual(s["cold_start_s"], 40.0)
+        self.assertEqual(s["restore_page_cache_s"], 6.0)
+        self.assertAlmostEqual(s["speedup_page_cache"], 40 / 6)
+        self.assertEqual(s["restore_dropped_caches_s"], 15.0)
+        self.assertEqual(s["snapshot_bytes"], 18 << 30)
+        t = res["targets"]
+        self.assertTrue(t["applies"] and t["restore_page_cache_le_8s"]["pass"] and t["speedup_ge_5x"]["pass"])
+        t = benchlib.assemble(self.files(cold=30.0, restores=(9.0,)))["targets"]
+        self.assertFalse(t["restore_page_cache_le_8s"]["pass"])
+        self.assertFalse(t["speedup_ge_5x"]["pass"])
+        self.assertFalse(benchlib.assemble(self.files(model="1b"))["targets"]["applies"])
+        self.assertEqual(benchlib.assemble({"env": {"model": "8b"}})["targets"], {})
+
+    def test_cycles_summary(self):
+        res = benchlib.assemble(self.files(restores=(6.0, 5.0, 7.0)))
+        self.assertEqual(len(res["cycles"]), 3)
+        self.assertEqual(res["summary"]["restore_page_cache_median_s"], 6.0)
+        self.assertEqual(res["summary"]["restore_page_cache_max_s"], 7.0)
+        table = benchlib.markdown_table(res)
+        self.assertIn("restore #3, page cache → first token | 7.00 |", table)
+
+    def test_markdown_table(self):
+        table = benchlib.markdown_table(benchlib.assemble(self.files(dropped=15.0)))
+        lines = table.splitlines()
+        self.assertEqual(lines[0], "| phase | seconds | ratio vs cold start |")
+        self.assertIn("| cold start → first token | 40.00 | 1.00 |", lines)
+        self.assertIn("| checkpoint (18.0 GiB) | 9.00 | 0.23 |", lines)
+        self.assertIn("| restore, page cache → first token | 6.00 | 0.15 (6.7x faster) |", lines)
+        self.assertIn("| restore, dropped caches → first token | 15.00 | 0.38 (2.7x faster) |", lines)
+        self.assertIn("|   ↳ criu-restore | 3.00 |  |", lines)
+        self.assertIn("|   ↳ imports | 5.00 |  |", lines)
+        self.assertTrue(all(line.count("|") == 4 for line in lines))
+
+    def test_report_command_writes_json_and_flags_missed_targets(self):
+        d = tempfile.mkdtemp()
+        try:
+            for name, doc in self.files(cold=30.0, restores=(9.0,)).items():
+                benchlib.save(os.path.join(d, name + ".json"), doc)
+            out = os.path.join(d, "out", "bench.json")
+            with open(os.devnull, "w") as null:
+                stdout = sys.stdout
+                sys.stdout = null
+                try:
+                    self.assertEqual(benchlib.main(["report", "--dir", d, "--out", out]), 0)
+                    self.assertEqual(benchlib.main(["report", "--dir", d, "--out", out, "--check-targets"]), 3)
+                    self.assertEqual(benchlib.main(["report", "--dir", d, "--out", out, "--error", "boom"]), 0)
+                finally:
+                    sys.stdout = stdout
+            res = benchlib.load(out)
+            self.assertFalse(res["ok"])
+            self.assertEqual(res["error"], "boom")
+            self.assertEqual(res["summary"]["cold_start_s"], 30.0)
+        finally:
+            shutil.rmtree(d)
+
+
+class Protocol(unittest.TestCase):
+    """server.py (fake backend) and client.py over real HTTP."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="gpusnap-bench-test-")
+        cls.port = int(subprocess.check_output([sys.executable, os.path.join(HERE, "benchlib.py"), "free-port"]))
+        args = ["--backend", "fake", "--fake-mb", "1", "--model", "tiny", "--weights-dir", cls.tmp,
+                "--port", str(cls.port), "--max-new-tokens", "8"]
+        subprocess.run([sys.executable, os.path.join(HERE, "server.py"), *args, "--prepare"], check=True,
+                       stdout=subprocess.DEVNULL)
+        cls.log = open(os.path.join(cls.tmp, "log"), "w+")
+        cls.proc = subprocess.Popen([sys.executable, "-u", os.path.join(HERE, "server.py"), *args],
+                                    stdout=cls.log, stderr=subprocess.STDOUT)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.proc.terminate()
+        cls.proc.wait(10)
+        cls.log.close()
+        shutil.rmtree(cls.tmp)
+
+    def client(self, *args):
+        return subprocess.run([sys.executable, os.path.join(HERE, "client.py"), "--port", str(self.port), *args],
+                              capture_output=True, text=True, timeout=60)
+
+    def test_generate_is_deterministic_and_counts(self):
+        a = self.client("--timeout", "30")
+        self.assertEqual(a.returncode, 0, a.stderr)
+        first = json.loads(a.stdout)
+        self.assertEqual(len(first["tokens"]), 8)
+        second = json.loads(self.client().stdout)
+        self.assertEqual(second["tokens"], first["tokens"])
+        self.assertEqual(second["served"], first["served"] + 1)
+        self.assertEqual(second["started"], first["started"])
+        three = json.loads(self.client("--max-new-tokens", "3").stdout)
+        self.assertEqual(three["tokens"], first["tokens"][:3])
+
+    def test_exec_times_a_command_and_the_first_answer(self):
+        r = self.client("--exec", "--", sys.executable, "-c", "import json; print(json.dumps({'pid': 0, 'x': 1}))")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertEqual(doc["cmd_output"], {"pid": 0, "x": 1})
+        self.assertGreaterEqual(doc["first_token_s"], doc["cmd_s"])
+        self.assertEqual(len(doc["answer"]["tokens"]), 8)
+
+    def test_exec_fails_when_the_command_fails(self):
+        r = self.client("--exec", "false")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("command failed", r.stderr)
+
+    def test_health_and_info_and_errors(self):
+        self.assertEqual(self.client("--health-only").returncode, 0)
+        self.client()
+        status, body = client.request("127.0.0.1", self.port, "GET", "/info")
+        info = json.loads(body)
+        self.assertEqual(status, 200)
+        self.assertEqual(info["prompt"], server.prompt_ids(32, server.PRESETS["tiny"]["vocab_size"]))
+        self.assertEqual(set(info["phases"]) >= {"start", "imports", "weights", "warmup", "ready"}, True)
+        self.assertEqual(client.request("127.0.0.1", self.port, "GET", "/nope")[0], 404)
+        self.assertEqual(client.request("127.0.0.1", self.port, "POST", "/generate", body=b"[")[0], 400)
+
+    def test_no_server_means_a_quick_clear_failure(self):
+        port = subprocess.check_output([sys.executable, os.path.join(HERE, "benchlib.py"), "free-port"]).strip()
+        t = time.time()
+        r = subprocess.run([sys.executable, os.path.join(HERE, "client.py"), "--port", port, "--timeout", "0.5"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("no healthy answer", r.stderr)
+        self.assertLess(time.time() - t, 10)
+
+
+@unittest.skipUnless(os.geteuid() == 0 and os.access(GPUSNAP, os.X_OK), "needs root and a built gpusnap")
+class UnderGpusnap(unittest.TestCase):
+    """run_bench.sh end to end, the fake backend checkpointed and restored by the real CRIU."""
+
+    def test_cycles_and_dropped_caches(self):
+        tmp = tempfile.mkdtemp(prefix="gpusnap-bench-e2e-")
+        try:
+            out = os.path.join(tmp, "bench.json")
+            base = ["bash", os.path.join(HERE, "run_bench.sh"), "--backend", "fake", "--model", "tiny",
+                    "--gpusnap", GPUSNAP, "--work-dir", os.path.join(tmp, "work"),
+                    "--weights-dir", os.path.join(tmp, "weights"), "--out", out]
+            env = {k: v for k, v in os.environ.items() if k not in ("GPUSNAP_STORE", "OUT")}
+            r = subprocess.run(base + ["--cycles", "2"], capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            res = benchlib.load(out)
+            self.assertTrue(res["ok"])
+            self.assertEqual(len(res["cycles"]), 2)
+            self.assertEqual(res["cycles"][1]["restore"]["answer"]["served"], 4)
+            self.assertIn("| restore #2, page cache → first token |", r.stdout)
+            r = subprocess.run(base, capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            res = benchlib.load(out)
+            self.assertIn("restore_dropped_caches", res)
+            # Nothing left behind: no workload running, no snapshot.
+            genv = dict(env, GPUSNAP_STORE=os.path.join(tmp, "work", "store"),
+                        GPUSNAP_RUN_DIR=os.path.join(tmp, "work", "run"))
+            ps = json.loads(subprocess.check_output([GPUSNAP, "--json", "ps"], env=genv))
+            self.assertFalse([w for w in ps if w["running"]])
+            self.assertEqual(json.loads(subprocess.check_output([GPUSNAP, "--json", "ls"], env=genv)), [])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
