@@ -103,3 +103,10 @@ uint64_t NamespaceId(pid_t pid, const char* kind) {
 }
 
 }  // namespace gpusnap::proc
+
+namespace gpusnap::proc {
+bool UsesNvidiaGpu(pid_t pid) {
+  auto maps = ReadFile("/proc/" + std::to_string(pid) + "/maps");
+  return maps.ok() && maps->find(" /dev/nvidia") != std::string::npos;
+}
+}  // namespace gpusnap::proc

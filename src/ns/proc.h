@@ -39,3 +39,9 @@ std::vector<std::string> Cmdline(pid_t pid);
 uint64_t NamespaceId(pid_t pid, const char* kind);
 
 }  // namespace gpusnap::proc
+
+namespace gpusnap::proc {
+// True if the process maps an NVIDIA device file (/dev/nvidia*): it holds a
+// CUDA context.
+bool UsesNvidiaGpu(pid_t pid);
+}  // namespace gpusnap::proc
