@@ -1,8 +1,10 @@
 #include "cuda/checkpoint_api.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <numeric>
@@ -23,19 +25,26 @@ struct CallResult {
   double seconds = 0;
 };
 
-Status DriverError(const Driver& driver, Op op, pid_t pid, abi::CUresult rc, const ActionArgs& args) {
-  std::string message = fmt::format("{} pid {}: {}", OpName(op), pid, driver.ErrorName(rc));
+// `action`: the verb the user asked for ("lock" also for the state query before it).
+Status DriverError(const Driver& driver, Op op, Op action, pid_t pid, abi::CUresult rc, const ActionArgs& args) {
+  std::string message = fmt::format("{} pid {}: {}", OpName(action), pid, driver.ErrorName(rc));
   Code code = rc == abi::CUDA_ERROR_NOT_SUPPORTED ? Code::kNotSupported : Code::kExternal;
   if (op == Op::kLock && args.lock_timeout_ms > 0 &&
       (rc == abi::CUDA_ERROR_NOT_READY || rc == abi::CUDA_ERROR_TIMEOUT)) {
     code = Code::kTimeout;
     message += fmt::format(": not locked within {} ms", args.lock_timeout_ms);
+  } else if (rc == abi::CUDA_ERROR_NOT_INITIALIZED) {
+    // What r580 says for a live process that never initialised CUDA.
+    message += ": the process has not initialised CUDA (not a CUDA process?)";
+  } else if (rc == abi::CUDA_ERROR_OPERATING_SYSTEM && ::kill(pid, 0) != 0 && errno == ESRCH) {
+    code = Code::kNotFound;  // r580 says 304 for a pid that does not exist
+    message += ": no such process";
   }
   return Status::Error(code, "{}", message);
 }
 
 // One driver call for one pid. Reserved fields are zero (value-initialised).
-CallResult Call(const Driver& driver, Op op, pid_t pid, const ActionArgs& args) {
+CallResult Call(const Driver& driver, Op op, Op action, pid_t pid, const ActionArgs& args) {
   const DriverApi& api = driver.api();
   auto t0 = Clock::now();
   CallResult r;
@@ -70,23 +79,24 @@ CallResult Call(const Driver& driver, Op op, pid_t pid, const ActionArgs& args) 
     case Op::kUnlock: rc = api.cuCheckpointProcessUnlock(pid, nullptr); break;
   }
   r.seconds = Since(t0);
-  if (rc != abi::CUDA_SUCCESS) r.status = DriverError(driver, op, pid, rc, args);
+  if (rc != abi::CUDA_SUCCESS) r.status = DriverError(driver, op, action, pid, rc, args);
   return r;
 }
 
 // Runs `op` for pids[i], i in `which`, each on its own thread, and returns when
-// all have finished. Results are indexed like `pids`.
-std::vector<CallResult> RunPhase(const Driver& driver, Op op, std::span<const pid_t> pids,
+// all have finished. Results are indexed like `pids`. Errors are worded as
+// `action`'s.
+std::vector<CallResult> RunPhase(const Driver& driver, Op op, Op action, std::span<const pid_t> pids,
                                  const std::vector<size_t>& which, const ActionArgs& args) {
   std::vector<CallResult> results(pids.size());
   if (which.size() == 1) {
-    results[which[0]] = Call(driver, op, pids[which[0]], args);
+    results[which[0]] = Call(driver, op, action, pids[which[0]], args);
     return results;
   }
   std::vector<std::thread> threads;
   threads.reserve(which.size());
   for (size_t i : which) {
-    auto work = [&, i] { results[i] = Call(driver, op, pids[i], args); };
+    auto work = [&, i] { results[i] = Call(driver, op, action, pids[i], args); };
     try {
       threads.emplace_back(work);
     } catch (const std::system_error&) {
@@ -115,7 +125,7 @@ class Execution {
 
  private:
   // RunPhase, adding each pid's time to its report and the phase's to `key`.
-  std::vector<CallResult> Timed(Op op, const std::vector<size_t>& which, const std::string& key);
+  std::vector<CallResult> Timed(Op op, Op action, const std::vector<size_t>& which, const std::string& key);
   Status CheckStates(Op first);
   // Undoes what phase `failed` and those before it did; returns the message tail.
   std::string Rollback(std::span<const Op> phases, size_t failed, const std::vector<size_t>& succeeded);
@@ -129,16 +139,16 @@ class Execution {
   std::vector<size_t> all_;
 };
 
-std::vector<CallResult> Execution::Timed(Op op, const std::vector<size_t>& which, const std::string& key) {
+std::vector<CallResult> Execution::Timed(Op op, Op action, const std::vector<size_t>& which, const std::string& key) {
   auto t0 = Clock::now();
-  std::vector<CallResult> results = RunPhase(driver_, op, pids_, which, args_);
+  std::vector<CallResult> results = RunPhase(driver_, op, action, pids_, which, args_);
   report_.timings_s[key] += Since(t0);
   for (size_t i : which) report_.pids[i].seconds += results[i].seconds;
   return results;
 }
 
 Status Execution::CheckStates(Op first) {
-  std::vector<CallResult> states = Timed(Op::kGetState, all_, "state");
+  std::vector<CallResult> states = Timed(Op::kGetState, first, all_, "state");
   std::vector<std::string> problems;
   Code code = Code::kOk;
   for (size_t i : all_) {
@@ -169,7 +179,7 @@ std::string Execution::Rollback(std::span<const Op> phases, size_t failed, const
   for (const RollbackStep& step : steps) {
     const std::vector<size_t>& which = step.only_succeeded ? succeeded : all_;
     if (which.empty()) continue;
-    std::vector<CallResult> results = Timed(step.op, which, "rollback");
+    std::vector<CallResult> results = Timed(step.op, step.op, which, "rollback");
     std::vector<std::string> failures;
     for (size_t i : which) {
       if (results[i].status.ok()) touched[i] = true;
@@ -187,7 +197,7 @@ std::string Execution::Rollback(std::span<const Op> phases, size_t failed, const
 }
 
 std::string Execution::StatesNow() {
-  std::vector<CallResult> states = RunPhase(driver_, Op::kGetState, pids_, all_, args_);
+  std::vector<CallResult> states = RunPhase(driver_, Op::kGetState, Op::kGetState, pids_, all_, args_);
   std::vector<std::string> parts;
   for (size_t i : all_) {
     PidReport& p = report_.pids[i];
@@ -208,7 +218,7 @@ Status Execution::Run(Action action) {
   GPUSNAP_RETURN_IF_ERROR(CheckStates(phases.front()));
   if (action == Action::kState) return Status::Ok();
   for (size_t k = 0; k < phases.size(); ++k) {
-    std::vector<CallResult> results = Timed(phases[k], all_, OpName(phases[k]));
+    std::vector<CallResult> results = Timed(phases[k], phases[k], all_, OpName(phases[k]));
     std::vector<size_t> succeeded;
     std::vector<std::string> failures;
     Code code = Code::kOk;
@@ -299,13 +309,13 @@ Report ResumeAll(const Driver& driver, std::span<const pid_t> pids, const GpuMap
 }
 
 Result<ProcessState> GetState(const Driver& driver, pid_t pid) {
-  CallResult r = Call(driver, Op::kGetState, pid, {});
+  CallResult r = Call(driver, Op::kGetState, Op::kGetState, pid, {});
   if (!r.status.ok()) return r.status;
   return r.state;
 }
 
 Result<int> RestoreThreadId(const Driver& driver, pid_t pid) {
-  CallResult r = Call(driver, Op::kGetRestoreTid, pid, {});
+  CallResult r = Call(driver, Op::kGetRestoreTid, Op::kGetRestoreTid, pid, {});
   if (!r.status.ok()) return r.status;
   return r.tid;
 }

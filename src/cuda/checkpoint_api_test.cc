@@ -10,8 +10,8 @@
 namespace gpusnap::cuda {
 namespace {
 
-using testing::FakeCall;
-using testing::FakeCuda;
+using fakes::FakeCall;
+using fakes::FakeCuda;
 
 constexpr const char* kLock = "cuCheckpointProcessLock";
 constexpr const char* kCheckpoint = "cuCheckpointProcessCheckpoint";
@@ -151,6 +151,16 @@ TEST_F(CudaCheckpointApi, DriverErrorNamesActionPidAndCuresult) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status.code(), Code::kNotSupported);
   EXPECT_EQ(r.status.message(), "checkpoint pid 4711: CUDA_ERROR_NOT_SUPPORTED (801); states now: 4711 LOCKED");
+}
+
+TEST_F(CudaCheckpointApi, NonCudaAndMissingProcessesAreExplained) {
+  fake_.Set("FAIL", "cuCheckpointProcessGetState:1:3,cuCheckpointProcessGetState:999999999:304");
+  Report r = StateAll(driver(), std::vector<pid_t>{1});
+  EXPECT_EQ(r.status.message(),
+            "state pid 1: CUDA_ERROR_NOT_INITIALIZED (3): the process has not initialised CUDA (not a CUDA process?)");
+  r = LockAll(driver(), std::vector<pid_t>{999999999}, 1000);
+  EXPECT_EQ(r.status.code(), Code::kNotFound);
+  EXPECT_EQ(r.status.message(), "lock pid 999999999: CUDA_ERROR_OPERATING_SYSTEM (304): no such process");
 }
 
 TEST_F(CudaCheckpointApi, ActionThatDoesNotFitTheStateSaysWhichStateItIs) {

@@ -10,7 +10,7 @@
 namespace gpusnap::cuda {
 namespace {
 
-using testing::FakeCuda;
+using fakes::FakeCuda;
 
 TEST(CudaDriver, LoadsTheFakeAndCallsCuInitOnce) {
   FakeCuda fake;

@@ -22,7 +22,7 @@
 #error "GPUSNAP_FAKE_CUDA_DIR must name the fake libcuda's directory (tests/CMakeLists.txt)"
 #endif
 
-namespace gpusnap::cuda::testing {
+namespace gpusnap::cuda::fakes {
 
 // One line of FAKE_CUDA_LOG.
 struct FakeCall {
@@ -94,4 +94,4 @@ class FakeCuda {
   std::string dir_;
 };
 
-}  // namespace gpusnap::cuda::testing
+}  // namespace gpusnap::cuda::fakes

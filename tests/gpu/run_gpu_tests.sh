@@ -152,18 +152,28 @@ test_pinned_reader_paused() {
 
 # Informational: what a CPU thread that keeps reading pinned memory meets while
 # the GPU is checkpointed (DESIGN.md §2 step 4). Never counted as a failure.
+# probe_pinned_reader_running 0|1 (0: the reader only reads; 1: it also writes)
 probe_pinned_reader_running() {
-  current="pinned_reader, reader running across suspend/resume"
-  start pinned_live "$BIN/pinned_reader" --mib 256 --interval-ms 100
-  local p=$pid
-  wait_for "$OUT/pinned_live.out" '^step 3 ' 120 || { echo "INFO: $current: did not start"; return; }
+  current="pinned_reader, reader running across suspend/resume, --write $1"
+  start "pinned_live_$1" "$BIN/pinned_reader" --mib 256 --interval-ms 100 --write "$1"
+  local p=$pid f="$OUT/pinned_live_$1.out"
+  wait_for "$f" '^step 3 ' 120 || { echo "INFO: $current: did not start"; return; }
   gs cuda suspend "$p" >/dev/null 2>&1
-  sleep 1
+  local mark
+  mark=$(wc -l <"$f")
+  sleep 3
+  local during
+  during=$(tail -n +"$((mark + 1))" "$f" | grep -c '^reader rounds')
+  local rounds_during
+  rounds_during=$(tail -n +"$((mark + 1))" "$f" | grep '^reader rounds' | sed -n '1p;$p' | awk '{print $3}' | tr '\n' ' ')
+  local after="dead"
   if kill -0 "$p" 2>/dev/null; then
     gs cuda resume "$p" >/dev/null 2>&1
-    sleep 1
+    local before
+    before=$(last_step "$f")
+    if wait_for "$f" "^step $((before + 3)) " 20; then after="alive, steps go on"; else after="alive, no steps after resume"; fi
   fi
-  echo "INFO: $current: $(grep -m1 -e SIGSEGV -e MISMATCH "$OUT/pinned_live.out" || echo "no fault; reader did $(grep -oE 'reads [0-9]+' "$OUT/pinned_live.out" | tail -1)")"
+  echo "INFO: $current: while checkpointed $during reader reports (rounds $rounds_during); fault: $(grep -m1 -e SIGSEGV -e MISMATCH "$f" || echo none); after resume: $after"
   kill -9 "$p" 2>/dev/null
 }
 
@@ -173,6 +183,7 @@ gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 for t in test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused; do
   $t "$failures"
 done
-probe_pinned_reader_running
+probe_pinned_reader_running 0
+probe_pinned_reader_running 1
 echo "$failures failure(s)"
 [ "$failures" = 0 ]

@@ -8,11 +8,15 @@
 // of the buffer); SIGUSR2 lets it go on ("reader resumed"). A fault in the
 // reader prints "reader: SIGSEGV ..." and exits 3. Prints once per round trip:
 //   step <n> reads <rounds> ok
+// and, from the reader, "reader rounds <n>" every second.
 // and "MISMATCH ..." then exits 1 at the first wrong word.
 //
-// Usage: pinned_reader [--mib N (256)] [--interval-ms MS (200)] [--steps N (0: forever)]
+// With --write 1 the reader also stores every word back (the same value).
+//
+// Usage: pinned_reader [--mib N (256)] [--interval-ms MS (200)] [--steps N (0: forever)] [--write 0|1]
 #include <cuda_runtime.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -47,6 +51,7 @@ static std::atomic<bool> g_pause{false};
 static std::atomic<unsigned long long> g_rounds{0};
 static const uint64_t* g_buf = nullptr;
 static size_t g_bytes = 0;
+static bool g_write = false;
 
 static void OnSegv(int, siginfo_t* info, void*) {
   char line[160];
@@ -62,9 +67,23 @@ static void OnSegv(int, siginfo_t* info, void*) {
 
 static void OnPause(int sig) { g_pause.store(sig == SIGUSR1); }
 
+static double Now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Reads and checks the whole buffer again and again; says every second how
+// far it got, so its progress shows even while the main thread is blocked in
+// a locked CUDA call.
 static void Reader(size_t n) {
   bool paused = false;
+  double next_report = Now() + 1;
   for (;;) {
+    if (Now() >= next_report) {
+      std::printf("reader rounds %llu\n", g_rounds.load());
+      next_report += 1;
+    }
     if (g_pause.load() != paused) {
       paused = g_pause.load();
       std::printf("reader %s\n", paused ? "paused" : "resumed");
@@ -79,6 +98,7 @@ static void Reader(size_t n) {
                     static_cast<unsigned long long>(g_buf[i]), static_cast<unsigned long long>(Pattern(i)));
         std::exit(1);
       }
+      if (g_write) const_cast<volatile uint64_t*>(g_buf)[i] = Pattern(i);
       if ((i & 0xfffff) == 0 && g_pause.load()) break;  // leave the buffer promptly when asked
     }
     g_rounds.fetch_add(1);
@@ -93,8 +113,9 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--mib")) mib = std::strtoul(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--interval-ms")) interval_ms = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atol(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--write")) g_write = std::atoi(argv[i + 1]) != 0;
     else {
-      std::fprintf(stderr, "usage: %s [--mib N] [--interval-ms MS] [--steps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--mib N] [--interval-ms MS] [--steps N] [--write 0|1]\n", argv[0]);
       return 64;
     }
   }
