@@ -41,7 +41,7 @@ void PrintReport(Context& ctx, cuda::Action action, const cuda::CommandResult& r
       j["code"] = CodeName(report.status.code());
     }
     ctx.PrintJson(j);
-  } else if (!r.driver.empty()) {
+  } else if (report.timings_s.count("total") != 0) {  // the action ran (not stopped by loading or --gpu-map)
     PrintHuman(report);
     if (!ctx.quiet) {
       std::string phases;
