@@ -66,6 +66,18 @@ steps_contiguous() {
   grep -q -e MISMATCH -e SIGSEGV -e 'CUDA error' "$1" && return 1
   grep -oE '^step [0-9]+' "$1" | cut -d' ' -f2 | awk '$1 != NR { exit 1 }'
 }
+# running NAME STEP: NAME's output reaches step STEP.
+running() {
+  wait_for "$OUT/$1.out" "^step $2 " 120 || { fail "$1 did not reach step $2: $(tail -3 "$OUT/$1.out")"; return 1; }
+}
+# goes_on NAME FROM: after a resume, NAME reaches step FROM + 3 with its sequence unbroken.
+goes_on() {
+  local f="$OUT/$1.out"
+  wait_for "$f" "^step $(($2 + 3)) " 60 || { fail "$1: no progress after resume: $(tail -3 "$f")"; return 1; }
+  steps_contiguous "$f" || { fail "$1: the sequence broke: $(grep -m3 -e MISMATCH -e SIGSEGV -e error "$f")"; return 1; }
+}
+# passed FAILURES_BEFORE
+passed() { [ "$failures" = "$1" ] && echo "PASS: $current"; }
 gpu_mem_of() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', ' -v p="$1" '$1 == p { print $2 }'; }
 gs() { echo "+ gpusnap $*" >&2; "$GPUSNAP" "$@"; }
 
@@ -73,7 +85,7 @@ test_counter_suspend_resume() {
   current="gpu_counter ${GIB} GiB: suspend, resume"
   start counter "$BIN/gpu_counter" --gib "$GIB" --interval-ms 100
   local p=$pid
-  wait_for "$OUT/counter.out" '^step 5 ' 120 || { fail "no step 5: $(tail -3 "$OUT/counter.out")"; return; }
+  running counter 5 || return
   [ -n "$(gpu_mem_of "$p")" ] || fail "nvidia-smi does not list pid $p before the suspend"
   gs cuda suspend "$p" || { fail "suspend failed"; return; }
   [ "$(gs cuda state "$p")" = "$p CHECKPOINTED" ] || fail "state is not CHECKPOINTED"
@@ -84,10 +96,9 @@ test_counter_suspend_resume() {
   during=$(last_step "$OUT/counter.out")
   [ "$during" = "$before" ] || fail "it advanced while checkpointed ($before -> $during)"
   gs cuda resume "$p" || { fail "resume failed"; return; }
-  wait_for "$OUT/counter.out" "^step $((before + 5)) " 60 || fail "no progress after resume: $(tail -3 "$OUT/counter.out")"
-  steps_contiguous "$OUT/counter.out" || fail "the sequence broke: $(grep -m3 -e MISMATCH -e error "$OUT/counter.out")"
+  goes_on counter "$before"
   kill "$p"
-  [ "$failures" = "$1" ] && echo "PASS: $current"
+  passed "$1"
 }
 
 test_two_counters_in_one_call() {
@@ -96,18 +107,17 @@ test_two_counters_in_one_call() {
   local a=$pid
   start counter_b "$BIN/gpu_counter" --gib 1 --interval-ms 100
   local b=$pid
-  wait_for "$OUT/counter_a.out" '^step 3 ' 120 && wait_for "$OUT/counter_b.out" '^step 3 ' 120 || { fail "no step 3"; return; }
+  running counter_a 3 && running counter_b 3 || return
   gs cuda suspend "$a" "$b" || { fail "suspend failed"; return; }
   [ "$(gs cuda state "$a" "$b" | awk '{print $2}' | sort -u)" = "CHECKPOINTED" ] || fail "not both CHECKPOINTED"
   local sa sb
   sa=$(last_step "$OUT/counter_a.out")
   sb=$(last_step "$OUT/counter_b.out")
   gs cuda resume "$a" "$b" || { fail "resume failed"; return; }
-  wait_for "$OUT/counter_a.out" "^step $((sa + 3)) " 60 && wait_for "$OUT/counter_b.out" "^step $((sb + 3)) " 60 ||
-    fail "no progress after resume"
-  steps_contiguous "$OUT/counter_a.out" && steps_contiguous "$OUT/counter_b.out" || fail "a sequence broke"
+  goes_on counter_a "$sa"
+  goes_on counter_b "$sb"
   kill "$a" "$b"
-  [ "$failures" = "$1" ] && echo "PASS: $current"
+  passed "$1"
 }
 
 test_gpu_map() {
@@ -119,23 +129,22 @@ test_gpu_map() {
   start moved "$BIN/gpu_counter" --gib 1 --interval-ms 100 --device 0
   local p=$pid uuid1
   uuid1=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader | awk -F', ' '$1 == 1 { print $2 }')
-  wait_for "$OUT/moved.out" '^step 3 ' 120 || { fail "no step 3"; return; }
+  running moved 3 || return
   gs cuda suspend "$p" || { fail "suspend failed"; return; }
   local before
   before=$(last_step "$OUT/moved.out")
   gs cuda resume --gpu-map 0=1,1=0 "$p" || { fail "resume failed"; return; }
-  wait_for "$OUT/moved.out" "^step $((before + 3)) " 60 || fail "no progress after resume"
+  goes_on moved "$before"
   [ "$(gpu_mem_of "$p")" = "$uuid1" ] || fail "pid $p is on $(gpu_mem_of "$p"), not GPU 1 ($uuid1)"
-  steps_contiguous "$OUT/moved.out" || fail "the sequence broke"
   kill "$p"
-  [ "$failures" = "$1" ] && echo "PASS: $current"
+  passed "$1"
 }
 
 test_pinned_reader_paused() {
   current="pinned_reader, reader paused across suspend/resume"
   start pinned "$BIN/pinned_reader" --mib 256 --interval-ms 100
   local p=$pid
-  wait_for "$OUT/pinned.out" '^step 3 ' 120 || { fail "no step 3: $(tail -3 "$OUT/pinned.out")"; return; }
+  running pinned 3 || return
   kill -USR1 "$p"
   wait_for "$OUT/pinned.out" '^reader paused' 10 || { fail "reader did not pause"; return; }
   gs cuda suspend "$p" || { fail "suspend failed"; return; }
@@ -144,10 +153,9 @@ test_pinned_reader_paused() {
   kill -USR2 "$p"
   local before
   before=$(last_step "$OUT/pinned.out")
-  wait_for "$OUT/pinned.out" "^step $((before + 3)) " 60 || fail "no progress after resume: $(tail -3 "$OUT/pinned.out")"
-  steps_contiguous "$OUT/pinned.out" || fail "$(grep -m2 -e MISMATCH -e SIGSEGV "$OUT/pinned.out")"
+  goes_on pinned "$before"
   kill "$p"
-  [ "$failures" = "$1" ] && echo "PASS: $current"
+  passed "$1"
 }
 
 # Informational: what a CPU thread that keeps reading pinned memory meets while

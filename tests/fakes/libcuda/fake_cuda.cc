@@ -188,6 +188,12 @@ CUresult Query(const char* fn, int pid, Body body, bool needs_init = true) {
   return rc;
 }
 
+// A query about one device: CUDA_ERROR_INVALID_DEVICE for an ordinal out of range.
+template <typename Body>
+CUresult DeviceQuery(const char* fn, int device, Body body) {
+  return Query(fn, 0, [&](std::string&) { return device < 0 || device >= GpuCount() ? CUDA_ERROR_INVALID_DEVICE : body(); });
+}
+
 }  // namespace
 
 FAKE_EXPORT CUresult cuInit(unsigned int flags) {
@@ -241,24 +247,21 @@ FAKE_EXPORT CUresult cuDeviceGetCount(int* count) {
 }
 
 FAKE_EXPORT CUresult cuDeviceGet(CUdevice* device, int ordinal) {
-  return Query("cuDeviceGet", 0, [&](std::string&) {
-    if (ordinal < 0 || ordinal >= GpuCount()) return CUDA_ERROR_INVALID_DEVICE;
+  return DeviceQuery("cuDeviceGet", ordinal, [&] {
     *device = ordinal;
     return CUDA_SUCCESS;
   });
 }
 
 FAKE_EXPORT CUresult cuDeviceGetName(char* name, int len, CUdevice device) {
-  return Query("cuDeviceGetName", 0, [&](std::string&) {
-    if (device < 0 || device >= GpuCount()) return CUDA_ERROR_INVALID_DEVICE;
+  return DeviceQuery("cuDeviceGetName", device, [&] {
     std::snprintf(name, static_cast<size_t>(len), "Fake NVIDIA H200 #%d", device);
     return CUDA_SUCCESS;
   });
 }
 
 FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice device) {
-  return Query("cuDeviceGetUuid_v2", 0, [&](std::string&) {
-    if (device < 0 || device >= GpuCount()) return CUDA_ERROR_INVALID_DEVICE;
+  return DeviceQuery("cuDeviceGetUuid_v2", device, [&] {
     *uuid = GpuUuid(device);
     return CUDA_SUCCESS;
   });
@@ -267,16 +270,14 @@ FAKE_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice device) {
 FAKE_EXPORT CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice device) { return cuDeviceGetUuid_v2(uuid, device); }
 
 FAKE_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice device) {
-  return Query("cuDeviceTotalMem_v2", 0, [&](std::string&) {
-    if (device < 0 || device >= GpuCount()) return CUDA_ERROR_INVALID_DEVICE;
+  return DeviceQuery("cuDeviceTotalMem_v2", device, [&] {
     *bytes = size_t{143771} << 20;  // an H200's 140.4 GiB
     return CUDA_SUCCESS;
   });
 }
 
 FAKE_EXPORT CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) {
-  return Query("cuDeviceGetAttribute", 0, [&](std::string&) {
-    if (device < 0 || device >= GpuCount()) return CUDA_ERROR_INVALID_DEVICE;
+  return DeviceQuery("cuDeviceGetAttribute", device, [&] {
     if (attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) *value = 9;
     else if (attribute == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR) *value = 0;
     else return CUDA_ERROR_INVALID_VALUE;

@@ -19,22 +19,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#define CHECK(call)                                                                            \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess) {                                                                 \
-      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__, __LINE__, \
-                  cudaGetErrorString(err_));                                                   \
-      std::exit(2);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "check.cuh"
 
-__host__ __device__ inline uint64_t Mix(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 __host__ __device__ inline uint64_t Seed(uint64_t i) { return Mix(i); }
 __host__ __device__ inline uint64_t Stride(uint64_t i) { return Mix(i ^ 0x5bd1e995ull) | 1; }
 

@@ -26,21 +26,9 @@
 #include <cstring>
 #include <thread>
 
-#define CHECK(call)                                                                            \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess) {                                                                 \
-      std::printf("CUDA error %s at %s:%d: %s\n", cudaGetErrorName(err_), __FILE__, __LINE__, \
-                  cudaGetErrorString(err_));                                                   \
-      std::exit(2);                                                                            \
-    }                                                                                          \
-  } while (0)
+#include "check.cuh"
 
-__host__ __device__ inline uint64_t Pattern(uint64_t i) {
-  i += 0x9e3779b97f4a7c15ull;
-  i = (i ^ (i >> 30)) * 0xbf58476d1ce4e5b9ull;
-  return i ^ (i >> 27);
-}
+__host__ __device__ inline uint64_t Pattern(uint64_t i) { return Mix(i); }
 
 __global__ void Check(const uint64_t* d, size_t n, unsigned long long* bad) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
