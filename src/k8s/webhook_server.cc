@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <thread>
@@ -92,7 +93,7 @@ Result<std::unique_ptr<WebhookServer>> WebhookServer::Bind(WebhookOptions option
   s.set_payload_max_length(o.max_body_bytes);
   s.set_read_timeout(o.io_timeout_s);
   s.set_write_timeout(o.io_timeout_s);
-  s.set_keep_alive_timeout(o.io_timeout_s);
+  s.set_keep_alive_timeout(std::min(o.io_timeout_s, 5));
   s.set_keep_alive_max_count(100);
   int threads = o.threads > 0 ? o.threads : 1;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };

@@ -3,9 +3,9 @@
 // Endpoints:
 //   POST /mutate   an AdmissionReview v1 (k8s/admission.h says what comes back)
 //   GET  /healthz  200 "ok" (for the Deployment's probes)
-// A body larger than max_body_bytes is refused with 413 before it is read;
-// reads and writes time out after io_timeout_s. One log line per review (uid,
-// pod, what was done) and per refused request.
+// A body larger than max_body_bytes is refused with 413 (discarded unparsed);
+// reads and writes (the TLS handshake included) time out after io_timeout_s.
+// One log line per review (uid, pod, what was done) and per refused request.
 //
 // TLS: TLS 1.2 or newer, the certificate and key from PEM files, read again
 // when they change (k8s/cert_reloader.h). No client certificates.
@@ -30,7 +30,9 @@ struct WebhookOptions {
   MutateConfig mutate;
   size_t max_body_bytes = 4 << 20;
   int io_timeout_s = 10;
-  int threads = 4;
+  // Each connection holds a thread while open, idle keep-alive ones for up to
+  // 5 s: enough for a few API servers' connection pools.
+  int threads = 16;
   std::function<void(const std::string&)> log;  // one line each; default: stderr with a [webhook] prefix
 };
 

@@ -305,6 +305,15 @@ class Admission(WebhookCase):
         self.wait_log("HTTP 413")
         self.assertEqual(self.request("GET", "/healthz")[0], 200)  # and it still serves
 
+    def test_silent_client_dropped_after_timeout(self):
+        self.assertEqual(self.stop(), 0)
+        self.start(self.cert, self.key, "--timeout", "1")
+        with socket.create_connection(("127.0.0.1", self.port), timeout=15) as silent:
+            started = time.monotonic()
+            self.assertEqual(self.request("GET", "/healthz")[0], 200)  # others are served meanwhile
+            self.assertEqual(silent.recv(1), b"")  # closed by the server, no handshake
+            self.assertLess(time.monotonic() - started, 8)
+
 
 class Certificates(WebhookCase):
     def served_fingerprint(self):
