@@ -183,6 +183,7 @@ probe_pinned_reader_running() {
   fi
   echo "INFO: $current: while checkpointed $during reader reports (rounds $rounds_during); fault: $(grep -m1 -e SIGSEGV -e MISMATCH "$f" || echo none); after resume: $after"
   kill -9 "$p" 2>/dev/null
+  wait "$p" 2>/dev/null  # no "Killed" job notice
 }
 
 echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
