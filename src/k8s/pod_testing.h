@@ -3,9 +3,10 @@
 //
 // Every patch a test produces goes through ApplyPatch, which applies it with
 // nlohmann-json and also with the real `kubectl patch --local --type=json`
-// (the kubectl of scripts/fetch-kubectl.sh, or $GPUSNAP_KUBECTL) and fails the
-// test when the two results differ. Without a kubectl the second application
-// is skipped and KubectlMissing() says why.
+// (the kubectl of scripts/fetch-kubectl.sh, run once if that kubectl is
+// missing, or $GPUSNAP_KUBECTL) and fails the test when the two results
+// differ. Without a kubectl the second application is skipped and
+// KubectlMissing() says why.
 #pragma once
 
 #include <string>

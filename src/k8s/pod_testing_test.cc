@@ -80,15 +80,26 @@ json Fixture(const std::string& name) {
 }
 
 std::string KubectlMissing() {
-  std::string out;
-  if (access(Kubectl().c_str(), X_OK) == 0 && RunCapture({Kubectl(), "version", "--client"}, out) == 0) return "";
-  return "kubectl not found at " + Kubectl() + " (run scripts/fetch-kubectl.sh, or set GPUSNAP_KUBECTL)";
+  auto works = [] {
+    std::string out;
+    return access(Kubectl().c_str(), X_OK) == 0 && RunCapture({Kubectl(), "version", "--client"}, out) == 0;
+  };
+  // As the e2e test does: fetch Debian's kubectl once (cached, idempotent)
+  // unless the caller named one.
+  static const bool ok = [&] {
+    if (works() || std::getenv("GPUSNAP_KUBECTL") != nullptr) return works();
+    std::string out;
+    int rc = RunCapture({std::string(GPUSNAP_TEST_FIXTURES) + "/../../../scripts/fetch-kubectl.sh", Kubectl()}, out);
+    if (rc != 0) std::fprintf(stderr, "scripts/fetch-kubectl.sh failed:\n%s", out.c_str());
+    return works();
+  }();
+  if (ok) return "";
+  return "no working kubectl at " + Kubectl() + " (scripts/fetch-kubectl.sh could not fetch it; or set GPUSNAP_KUBECTL)";
 }
 
 json ApplyPatch(const json& pod, const json& patch) {
   json mine = pod.patch(patch);
-  static const bool have_kubectl = KubectlMissing().empty();
-  if (!have_kubectl || patch.empty()) return mine;  // kubectl refuses an empty patch
+  if (!KubectlMissing().empty() || patch.empty()) return mine;  // kubectl refuses an empty patch
   std::string file = Scratch() + "/pod.json";
   std::ofstream(file) << pod.dump();
   std::string out;
