@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
@@ -35,6 +36,7 @@ struct CheckpointOptions {
   int timeout_s = 600;          // deadline for the CRIU dump
   bool verbose = false;         // CRIU log level 4
   std::string criu_config;      // an extra CRIU configuration file
+  int gpu_lock_timeout_ms = 10000;  // how long the driver may take to drain each GPU process
   ProgressFn progress;
 };
 
@@ -52,6 +54,8 @@ struct RestoreOptions {
   int timeout_s = 600;
   bool verbose = false;
   std::string criu_config;
+  std::string gpu_map;          // "old=new,..." (snapshot's GPU index or UUID = this machine's)
+  std::vector<int> gpus;        // or: the snapshot's GPUs in order onto these indices
   ProgressFn progress;
 };
 

@@ -16,7 +16,7 @@ namespace gpusnap {
 // Major version: a reader refuses any other. Minor: fields added since, each
 // optional with a written default.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 0;
+inline constexpr int kSchemaMinor = 1;  // 1.1: `gpu`
 
 struct SnapshotSource {
   std::string kind;                // "workload" (started by `gpusnap run`) or "pid"
@@ -30,6 +30,22 @@ struct SnapshotSource {
 struct FileDigest {
   uint64_t size = 0;
   std::string sha256;
+};
+
+struct SnapshotGpu {
+  int index = 0;                   // CUDA ordinal when checkpointed
+  std::string uuid;                // "GPU-xxxxxxxx-..."
+  std::string name;
+  int cc_major = 0, cc_minor = 0;  // compute capability
+  uint64_t total_bytes = 0;
+};
+
+// The GPU side of a snapshot (schema 1.1; absent in 1.0 and for CPU trees).
+struct SnapshotGpuState {
+  std::string driver_version;      // the kernel module's, e.g. "580.159.04"
+  int cuda_version = 0;            // cuDriverGetVersion, e.g. 13000
+  std::vector<SnapshotGpu> gpus;   // the GPUs the tree's processes use
+  std::vector<int> ns_pids;        // the GPU processes, as pids in their namespace
 };
 
 struct SnapshotMeta {
@@ -46,6 +62,7 @@ struct SnapshotMeta {
   uint64_t total_bytes = 0;        // sum of the files below
   std::map<std::string, FileDigest> files;      // path relative to the snapshot dir
   std::map<std::string, double> timings_s;      // phase -> seconds
+  std::optional<SnapshotGpuState> gpu;
 };
 
 std::string SnapshotMetaToJson(const SnapshotMeta& meta);

@@ -20,6 +20,8 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
   sub->add_flag("--tcp-established", opts->tcp_established, "Include established TCP connections");
   sub->add_option("--store", opts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   sub->add_option("--id", opts->id, "Snapshot id (default: generated from the name)");
+  sub->add_option("--gpu-lock-timeout-ms", opts->gpu_lock_timeout_ms, "How long each GPU process may take to drain")
+      ->capture_default_str();
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log");
@@ -47,6 +49,9 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log");
   sub->add_option("--criu-config", opts->criu_config, "Extra CRIU configuration file (CRIU's own option syntax)");
+  sub->add_option("--gpu-map", opts->gpu_map,
+                  "Restore onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this machine's");
+  sub->add_option("--gpus", opts->gpus, "Restore the snapshot's GPUs, in order, onto these GPU indices")->delimiter(',');
   sub->footer("Prints the restored workload's host pid.");
   sub->callback([&ctx, opts] {
     opts->progress = ctx.Progress("restore");

@@ -1,8 +1,11 @@
 // The checkpoint, as DESIGN.md §2 tells it (the CPU steps; GPU steps join here).
 //
-// 1. Resolve the target to a process tree and the namespace CRIU must enter.
+// 1. Resolve the target to a process tree and the namespace CRIU must enter;
+//    find its GPU processes.
 // 2. Start a snapshot in the store (.tmp-<id>, locked by us).
-// 3. CRIU dumps the tree from inside its namespace.
+// 3. GPU processes: lock all, stop their CPU threads, checkpoint all
+//    (snapshot/gpu.h). From here on, any failure resumes them.
+//    CRIU then dumps the tree from inside its namespace.
 // 4. At CRIU's post-dump notification, while the tree is still frozen,
 //    publish the snapshot (digests, fsync, rename). Only after we answer does
 //    CRIU kill the tree (or, with --leave-running, resume it). A failure or a
@@ -14,12 +17,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <cstdlib>
 #include <filesystem>
 
 #include "criu/bundle.h"
 #include "criu/operation.h"
 #include "criu/options.h"
+#include "ns/proc.h"
+#include "snapshot/gpu.h"
 #include "gpusnap/operations.h"
 #include "snapshot/container_files.h"
 #include "snapshot/format.h"
@@ -95,6 +101,22 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   GPUSNAP_ASSIGN_OR_RETURN(auto target, ResolveTarget(options.target));
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
   GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, options.tcp_established));
+  std::vector<pid_t> gpu_pids = gpu::FindGpuProcesses(target.tree);
+  std::optional<cuda::Driver> driver;
+  std::optional<SnapshotGpuState> gpu_state;
+  if (!gpu_pids.empty()) {
+    // One driver, one cuInit, for every GPU process of the tree.
+    GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
+    driver.emplace(std::move(loaded));
+    GPUSNAP_ASSIGN_OR_RETURN(auto visible, cuda::ListGpus(*driver));
+    GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
+    std::vector<int> ns_pids;
+    for (pid_t p : gpu_pids) {
+      GPUSNAP_ASSIGN_OR_RETURN(auto nspids, proc::NsPids(p));
+      ns_pids.push_back(nspids.back());
+    }
+    gpu_state = gpu::Describe(*driver, visible, gpu_pids, ns_pids, kernel_driver);
+  }
   phases.Done();
 
   // 2. A private, locked directory in the store; stale ones of crashed runs go.
@@ -106,6 +128,7 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   GPUSNAP_ASSIGN_OR_RETURN(auto pending, store.Begin(id));
   SnapshotMeta meta = DescribeSource(target, id, fmt::format("{}.{}", features.version_major, features.version_minor),
                                      options.tcp_established);
+  meta.gpu = gpu_state;
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kConfigDump, ConfigDumpJson(meta, target.started)));
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kSpecDump, SpecDumpJson(meta)));
   std::string images = pending.dir() + "/" + format::kCheckpointDir;
@@ -151,9 +174,24 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
     return Status::Ok();
   };
   PauseIfRequested("dump");
+  if (driver) {
+    phases.Start("gpu-suspend");
+    GPUSNAP_RETURN_IF_ERROR(gpu::Suspend(*driver, gpu_pids, options.gpu_lock_timeout_ms, phases.timings())
+                                .Wrap("suspending the GPU processes"));
+    phases.Done();
+  }
+  // The GPU processes come back to life if the dump fails or they stay running.
+  auto resume_gpu = [&]() -> Status {
+    if (!driver) return Status::Ok();
+    std::map<std::string, double> ignored;
+    return gpu::Resume(*driver, gpu_pids, {}, ignored).Wrap("resuming the GPU processes");
+  };
   phases.Start("dump");
   auto resp = criu::Run(dump);
+  if (resp.ok() && options.leave_running) GPUSNAP_RETURN_IF_ERROR(resume_gpu());
   if (!resp.ok()) {
+    if (Status st = resume_gpu(); !st.ok())
+      return Status::Error(resp.status().code(), "{}; then {}", resp.status().message(), st.message());
     if (published) {
       // The snapshot is whole; only the source's fate is in question.
       return resp.status().Wrap(fmt::format("snapshot `{}` was published, but CRIU then failed", id));

@@ -38,6 +38,19 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
       {"files", files},
       {"timings_s", m.timings_s},
   };
+  if (m.gpu) {
+    json gpus = json::array();
+    for (const auto& g : m.gpu->gpus)
+      gpus.push_back({{"index", g.index},
+                      {"uuid", g.uuid},
+                      {"name", g.name},
+                      {"compute_capability", fmt::format("{}.{}", g.cc_major, g.cc_minor)},
+                      {"total_bytes", g.total_bytes}});
+    j["gpu"] = {{"driver_version", m.gpu->driver_version},
+                {"cuda_version", m.gpu->cuda_version},
+                {"gpus", gpus},
+                {"ns_pids", m.gpu->ns_pids}};
+  }
   return j.dump(2) + "\n";
 }
 
@@ -120,6 +133,27 @@ Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
       if (!r.failure_.empty()) break;
       m.files[path] = fd;
     }
+  }
+  if (auto g = j.find("gpu"); g != j.end() && r.failure_.empty()) {
+    SnapshotGpuState gs;
+    r.Get(*g, "driver_version", gs.driver_version);
+    r.Get(*g, "cuda_version", gs.cuda_version);
+    r.Get(*g, "ns_pids", gs.ns_pids);
+    json gpus;
+    r.Get(*g, "gpus", gpus);
+    for (const auto& item : gpus.is_array() ? gpus : json::array()) {
+      SnapshotGpu sg;
+      std::string cc;
+      r.Get(item, "index", sg.index);
+      r.Get(item, "uuid", sg.uuid);
+      r.Get(item, "name", sg.name, false);
+      r.Get(item, "compute_capability", cc);
+      r.Get(item, "total_bytes", sg.total_bytes, false);
+      if (r.failure_.empty() && std::sscanf(cc.c_str(), "%d.%d", &sg.cc_major, &sg.cc_minor) != 2)
+        r.failure_ = fmt::format("gpu compute_capability `{}` is not MAJOR.MINOR", cc);
+      gs.gpus.push_back(sg);
+    }
+    m.gpu = gs;
   }
   if (!r.failure_.empty()) return Status::Error(Code::kCorruption, "metadata: {}", r.failure_);
   if (!IsValidSnapshotId(m.id)) return Status::Error(Code::kCorruption, "metadata: invalid id `{}`", m.id);

@@ -34,7 +34,7 @@ TEST(SnapshotMeta, RoundTrips) {
 
 TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.0\""), 5, "\"2.0\"");
+  json.replace(json.find("\"1.1\""), 5, "\"2.0\"");
   auto parsed = SnapshotMetaFromJson(json);
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), Code::kNotSupported);
@@ -44,7 +44,7 @@ TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
 
 TEST(SnapshotMeta, NewerMinorVersionIsRead) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.0\""), 5, "\"1.7\"");
+  json.replace(json.find("\"1.1\""), 5, "\"1.7\"");
   auto parsed = SnapshotMetaFromJson(json);
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(parsed->schema_minor, 7);
@@ -96,6 +96,40 @@ TEST(ContainerFiles, SpecCarriesTheCommandAndManager) {
   auto config = nlohmann::json::parse(ConfigDumpJson(Sample(), ""));
   EXPECT_EQ(config["name"], "counter");
   EXPECT_EQ(config["id"], Sample().id);
+}
+
+}  // namespace
+}  // namespace gpusnap
+
+namespace gpusnap {
+namespace {
+
+TEST(SnapshotMeta, GpuStateRoundTrips) {
+  SnapshotMeta m;
+  m.id = "g-1";
+  m.created = "2026-11-29T23:30:00.000Z";
+  m.source.kind = "pid";
+  m.criu_version = "4.3";
+  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-0123", "NVIDIA H200", 9, 0, 150ull << 30}}, {2, 5}};
+  auto parsed = SnapshotMetaFromJson(SnapshotMetaToJson(m));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_TRUE(parsed->gpu.has_value());
+  EXPECT_EQ(parsed->gpu->driver_version, "580.159.04");
+  EXPECT_EQ(parsed->gpu->ns_pids, (std::vector<int>{2, 5}));
+  ASSERT_EQ(parsed->gpu->gpus.size(), 1u);
+  EXPECT_EQ(parsed->gpu->gpus[0].cc_major, 9);
+  EXPECT_EQ(parsed->gpu->gpus[0].uuid, "GPU-0123");
+}
+
+TEST(SnapshotMeta, CpuSnapshotHasNoGpuState) {
+  SnapshotMeta m;
+  m.id = "c-1";
+  m.created = "x";
+  m.source.kind = "pid";
+  m.criu_version = "4.3";
+  std::string json = SnapshotMetaToJson(m);
+  EXPECT_EQ(json.find("\"gpu\""), std::string::npos);
+  EXPECT_FALSE(SnapshotMetaFromJson(json)->gpu.has_value());
 }
 
 }  // namespace

@@ -1,15 +1,22 @@
 // The restore, as DESIGN.md §3 tells it (the CPU steps; GPU steps join here).
 //
-// 1. Verify the snapshot (schema, every file's digest) before anything starts.
+// 1. Verify the snapshot (schema, every file's digest) and, for a GPU
+//    snapshot, that this machine's driver and GPUs fit, before anything starts.
 // 2. Start a fresh pid + mount namespace held by a reaper.
-// 3. CRIU restores the tree inside it (pids as at dump: the namespace is new).
-// 4. Find the restored root's host pid, record the workload, release the
+// 3. CRIU restores the tree inside it (pids as at dump: the namespace is new);
+//    GPU processes come back stopped, as they were dumped.
+// 4. GPU processes: restore all (onto the mapped GPUs), unlock all only
+//    then, let their threads run (snapshot/gpu.h).
+// 5. Find the restored root's host pid, record the workload, release the
 //    namespace to its reaper.
 // A failure at any step tears the new namespace down; the store is untouched.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <signal.h>
+
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include "criu/bundle.h"
@@ -18,6 +25,7 @@
 #include "gpusnap/operations.h"
 #include "ns/proc.h"
 #include "ns/reaper.h"
+#include "snapshot/gpu.h"
 #include "snapshot/format.h"
 #include "store/store.h"
 #include "util/fd.h"
@@ -39,7 +47,7 @@ int HighNsLastPid() {
 
 Result<pid_t> HostPidOf(pid_t reaper, pid_t ns_pid) {
   for (int tries = 0; tries < 400; ++tries) {
-    for (pid_t c : proc::Children(reaper)) {
+    for (pid_t c : proc::Tree(reaper)) {
       auto nspids = proc::NsPids(c);
       if (nspids.ok() && !nspids->empty() && nspids->back() == ns_pid) return c;
     }
@@ -73,6 +81,19 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
                          existing->pid);
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
   GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, meta.tcp_established));
+  std::optional<cuda::Driver> driver;
+  cuda::GpuMap gpu_map;
+  if (meta.gpu) {
+    GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
+    driver.emplace(std::move(loaded));
+    GPUSNAP_ASSIGN_OR_RETURN(auto here, cuda::ListGpus(*driver));
+    GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
+    GPUSNAP_ASSIGN_OR_RETURN(gpu_map, gpu::PlanGpuMap(*meta.gpu, here, options.gpu_map, options.gpus));
+    GPUSNAP_RETURN_IF_ERROR(gpu::CheckCompatible(*meta.gpu, here, kernel_driver, gpu_map).Wrap("refusing to restore"));
+  } else if (!options.gpu_map.empty() || !options.gpus.empty()) {
+    return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no GPU state; --gpu-map and --gpus do not apply",
+                         meta.id);
+  }
   timed("verify", t, meta.total_bytes);
 
   // 2. The namespace.
@@ -110,6 +131,23 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   auto resp = criu::Run(op);
   if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
   timed("criu-restore", t);
+
+  // 4. GPU.
+  if (driver) {
+    std::vector<pid_t> gpu_pids;
+    for (int ns_pid : meta.gpu->ns_pids) {
+      GPUSNAP_ASSIGN_OR_RETURN(pid_t p, HostPidOf(reaper.reaper_pid, ns_pid));
+      gpu_pids.push_back(p);
+    }
+    Status st = gpu::Resume(*driver, gpu_pids, gpu_map, result.timings_s);
+    if (!st.ok()) {
+      // A tree whose GPU state did not come back must not run on half-restored.
+      ::kill(reaper.reaper_pid, SIGTERM);
+      return st.Wrap(fmt::format("restore of `{}` failed", meta.id));
+    }
+    if (options.progress)
+      options.progress({"gpu-restore", result.timings_s["gpu-restore"] + result.timings_s["gpu-unlock"], 0, true});
+  }
 
   // 4. Record it.
   GPUSNAP_ASSIGN_OR_RETURN(pid_t host_pid, HostPidOf(reaper.reaper_pid, resp->restore().pid()));

@@ -1,0 +1,204 @@
+#include "snapshot/gpu.h"
+
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <sstream>
+
+#include "ns/proc.h"
+#include "ns/thread_freeze.h"
+#include "util/files.h"
+
+namespace gpusnap::gpu {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+Status FromReport(const cuda::Report& r) { return r.status; }
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\t')) s.pop_back();
+  size_t i = s.find_first_not_of(" \t");
+  return i == std::string::npos ? "" : s.substr(i);
+}
+
+// "Key: value" of /proc/driver/nvidia/gpus/<bus>/information.
+std::string Field(const std::string& text, const std::string& key) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + ":", 0) == 0) return Trim(line.substr(key.size() + 1));
+  return "";
+}
+
+const cuda::GpuInfo* ByUuid(const std::vector<cuda::GpuInfo>& gpus, const std::string& uuid) {
+  for (const auto& g : gpus)
+    if (cuda::FormatUuid(g.uuid) == uuid) return &g;
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<pid_t> FindGpuProcesses(const std::vector<pid_t>& tree) {
+  std::vector<pid_t> out;
+  for (pid_t p : tree)
+    if (proc::UsesNvidiaGpu(p)) out.push_back(p);
+  return out;
+}
+
+Result<std::string> KernelDriverVersion() {
+  GPUSNAP_ASSIGN_OR_RETURN(auto text, ReadFile("/proc/driver/nvidia/version"));
+  // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ..."
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word)
+    if (word == "Module" && in >> word) return word;
+  return Status::Error(Code::kNotFound, "no version in /proc/driver/nvidia/version");
+}
+
+std::vector<std::string> GpusOpenedBy(pid_t pid) {
+  std::map<int, std::string> minor_to_uuid;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    auto info = ReadFile(e.path().string() + "/information");
+    if (!info.ok()) continue;
+    std::string minor = Field(*info, "Device Minor"), uuid = Field(*info, "GPU UUID");
+    if (!minor.empty() && !uuid.empty()) minor_to_uuid[std::atoi(minor.c_str())] = uuid;
+  }
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/map_files", ec)) {
+    auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (ec) continue;
+    std::string name = target.filename().string();
+    if (name.rfind("nvidia", 0) != 0 || name.size() <= 6 || !std::isdigit(static_cast<unsigned char>(name[6]))) continue;
+    auto it = minor_to_uuid.find(std::atoi(name.c_str() + 6));
+    if (it != minor_to_uuid.end() && std::find(out.begin(), out.end(), it->second) == out.end())
+      out.push_back(it->second);
+  }
+  return out;
+}
+
+SnapshotGpuState Describe(const cuda::Driver& driver, const std::vector<cuda::GpuInfo>& visible,
+                          const std::vector<pid_t>& gpu_pids, const std::vector<int>& ns_pids,
+                          const std::string& kernel_driver) {
+  SnapshotGpuState s;
+  s.driver_version = kernel_driver;
+  s.cuda_version = driver.version();
+  s.ns_pids = ns_pids;
+  std::vector<std::string> used;
+  for (pid_t p : gpu_pids)
+    for (const auto& u : GpusOpenedBy(p))
+      if (std::find(used.begin(), used.end(), u) == used.end()) used.push_back(u);
+  for (const auto& g : visible) {
+    std::string uuid = cuda::FormatUuid(g.uuid);
+    if (!used.empty() && std::find(used.begin(), used.end(), uuid) == used.end()) continue;
+    s.gpus.push_back({g.index, uuid, g.name, g.cc_major, g.cc_minor, g.total_bytes});
+  }
+  return s;
+}
+
+Status CheckCompatible(const SnapshotGpuState& snap, const std::vector<cuda::GpuInfo>& here,
+                       const std::string& kernel_driver_here, const cuda::GpuMap& map) {
+  auto major_of = [](const std::string& v) { return v.substr(0, v.find('.')); };
+  if (major_of(snap.driver_version) != major_of(kernel_driver_here))
+    return Status::Error(Code::kFailedPrecondition,
+                         "the snapshot was taken with NVIDIA driver {}, this machine has {}: the major versions differ",
+                         snap.driver_version, kernel_driver_here);
+  for (const auto& g : snap.gpus) {
+    std::string target = g.uuid;
+    for (const auto& pair : map)
+      if (cuda::FormatUuid(pair.old_uuid) == g.uuid) target = cuda::FormatUuid(pair.new_uuid);
+    const cuda::GpuInfo* t = ByUuid(here, target);
+    if (t == nullptr)
+      return Status::Error(Code::kFailedPrecondition,
+                           "the snapshot's GPU {} ({}, index {}) is not on this machine; choose one with --gpus or --gpu-map",
+                           g.uuid, g.name, g.index);
+    if (t->cc_major != g.cc_major || t->cc_minor != g.cc_minor)
+      return Status::Error(Code::kFailedPrecondition,
+                           "GPU {} has compute capability {}.{}, the snapshot's GPU {} had {}.{}", target, t->cc_major,
+                           t->cc_minor, g.uuid, g.cc_major, g.cc_minor);
+  }
+  return Status::Ok();
+}
+
+Result<cuda::GpuMap> PlanGpuMap(const SnapshotGpuState& snap, const std::vector<cuda::GpuInfo>& here,
+                                const std::string& gpu_map_text, const std::vector<int>& gpus) {
+  if (!gpu_map_text.empty() && !gpus.empty())
+    return Status::Error(Code::kInvalidArgument, "give --gpu-map or --gpus, not both");
+  std::vector<cuda::GpuInfo> old_gpus;
+  for (const auto& g : snap.gpus) {
+    cuda::GpuInfo info;
+    info.index = g.index;
+    GPUSNAP_ASSIGN_OR_RETURN(info.uuid, cuda::ParseUuid(g.uuid));
+    info.name = g.name;
+    info.cc_major = g.cc_major;
+    info.cc_minor = g.cc_minor;
+    old_gpus.push_back(info);
+  }
+  std::string text = gpu_map_text;
+  if (!gpus.empty()) {
+    if (gpus.size() != snap.gpus.size())
+      return Status::Error(Code::kInvalidArgument, "--gpus names {} GPUs, the snapshot uses {}", gpus.size(),
+                           snap.gpus.size());
+    for (size_t i = 0; i < gpus.size(); ++i)
+      text += fmt::format("{}{}={}", i ? "," : "", snap.gpus[i].uuid, gpus[i]);
+  }
+  if (text.empty()) return cuda::GpuMap{};
+  GPUSNAP_ASSIGN_OR_RETURN(auto entries, cuda::ParseGpuMap(text));
+  return cuda::TranslateGpuMap(entries, old_gpus, here);
+}
+
+Status Suspend(const cuda::Driver& driver, const std::vector<pid_t>& pids, int lock_timeout_ms,
+               std::map<std::string, double>& timings) {
+  auto t = Clock::now();
+  cuda::Report tids = cuda::RestoreThreadIds(driver, pids);
+  GPUSNAP_RETURN_IF_ERROR(FromReport(tids));
+  GPUSNAP_RETURN_IF_ERROR(FromReport(cuda::LockAll(driver, pids, lock_timeout_ms)));
+  timings["gpu-lock"] = Since(t);
+
+  t = Clock::now();
+  std::vector<ns::ThreadFreeze> frozen;
+  for (const auto& p : tids.pids) {
+    auto f = ns::ThreadFreeze::AllBut(p.pid, p.restore_tid);
+    if (!f.ok()) {
+      frozen.clear();  // releases the others
+      (void)cuda::UnlockAll(driver, pids);
+      return f.status().Wrap("stopping CPU threads before the GPU checkpoint");
+    }
+    frozen.push_back(std::move(f).value());
+  }
+  cuda::Report checkpoint = cuda::CheckpointAll(driver, pids);
+  if (!checkpoint.ok()) {
+    // CheckpointAll restored what it had checkpointed; unlock, then let run.
+    (void)cuda::UnlockAll(driver, pids);
+    return checkpoint.status;
+  }
+  for (auto& f : frozen) GPUSNAP_RETURN_IF_ERROR(f.DetachIntoStop());
+  timings["gpu-checkpoint"] = Since(t);
+  return Status::Ok();
+}
+
+Status Resume(const cuda::Driver& driver, const std::vector<pid_t>& pids, const cuda::GpuMap& map,
+              std::map<std::string, double>& timings) {
+  auto t = Clock::now();
+  cuda::Report tids = cuda::RestoreThreadIds(driver, pids);
+  GPUSNAP_RETURN_IF_ERROR(FromReport(tids));
+  std::vector<ns::ThreadFreeze> frozen;
+  for (const auto& p : tids.pids) {
+    GPUSNAP_ASSIGN_OR_RETURN(auto f, ns::ThreadFreeze::AllBut(p.pid, p.restore_tid));
+    frozen.push_back(std::move(f));
+    GPUSNAP_RETURN_IF_ERROR(ns::Continue(p.pid));  // the restore thread runs, no other
+  }
+  GPUSNAP_RETURN_IF_ERROR(FromReport(cuda::RestoreAll(driver, pids, map)));
+  timings["gpu-restore"] = Since(t);
+  t = Clock::now();
+  GPUSNAP_RETURN_IF_ERROR(FromReport(cuda::UnlockAll(driver, pids)));
+  for (auto& f : frozen) GPUSNAP_RETURN_IF_ERROR(f.Release());
+  timings["gpu-unlock"] = Since(t);
+  return Status::Ok();
+}
+
+}  // namespace gpusnap::gpu
