@@ -70,7 +70,9 @@ Result<std::shared_ptr<CertReloader::Pair>> ReadPair(const std::string& cert_fil
   ERR_clear_error();  // the end of the file reads as an error
 
   GPUSNAP_ASSIGN_OR_RETURN(auto kbio, OpenPem(key_file));
-  pair->key.reset(PEM_read_bio_PrivateKey(kbio.get(), nullptr, nullptr, nullptr));
+  // No passphrase: without this callback OpenSSL would prompt on a terminal.
+  pem_password_cb* no_passphrase = [](char*, int, int, void*) { return 0; };
+  pair->key.reset(PEM_read_bio_PrivateKey(kbio.get(), nullptr, no_passphrase, nullptr));
   if (!pair->key)
     return Status::Error(Code::kInvalidArgument, "reading a private key from `{}`: {}", key_file, OpensslErrors());
   if (X509_check_private_key(pair->cert.get(), pair->key.get()) != 1) {
