@@ -186,10 +186,74 @@ probe_pinned_reader_running() {
   wait "$p" 2>/dev/null  # no "Killed" job notice
 }
 
+
+# --- gpusnap checkpoint / restore of whole workloads (CRIU + the driver) ----
+export GPUSNAP_STORE="$OUT/store" GPUSNAP_RUN_DIR="$OUT/run"
+reapers=()  # namespaces this script started; stopped on exit
+trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done; for r in "${reapers[@]}"; do kill "$r" 2>/dev/null; done' EXIT
+reaper_of() { ps -o ppid= -p "$1" | tr -d ' '; }
+# run_ns NAME CMD...: `gpusnap run` with output in $OUT/NAME.out; sets $pid.
+run_ns() {
+  local name=$1
+  shift
+  pid=$(gs run --name "$name" --log "$OUT/$name.out" -- "$@") || return 1
+  reapers+=("$(reaper_of "$pid")")
+}
+# cr NAME [restore flags...]: checkpoint NAME, check the source is gone,
+# restore; sets $pid to the restored host pid and $before to the last step.
+cr() {
+  local name=$1 src=$pid snap
+  shift
+  snap=$(gs checkpoint -q "$name") || { fail "checkpoint failed"; return 1; }
+  local i
+  for ((i = 0; i < 100; i++)); do kill -0 "$src" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$src" 2>/dev/null && [ "$(ps -o stat= -p "$src")" != Z ] && { fail "source $src still runs"; return 1; }
+  before=$(last_step "$OUT/$name.out")
+  pid=$(gs restore "$snap" "$@") || { fail "restore failed"; return 1; }
+  reapers+=("$(reaper_of "$pid")")
+}
+
+test_counter_checkpoint_restore() {
+  current="(a) gpu_counter ${GIB} GiB: checkpoint, restore into a new pid namespace"
+  run_ns gc "$BIN/gpu_counter" --gib "$GIB" --interval-ms 100 || { fail "run failed"; return; }
+  running gc 5 || return
+  cr gc || return
+  goes_on gc "$before"
+  passed "$1"
+}
+
+test_pinned_checkpoint_restore() {
+  current="(c) pinned_reader: CPU thread reading pinned memory through checkpoint and restore"
+  run_ns pr "$BIN/pinned_reader" --mib 256 --interval-ms 100 || { fail "run failed"; return; }
+  running pr 3 || return
+  cr pr || return
+  goes_on pr "$before"
+  grep -q -e SIGSEGV -e MISMATCH "$OUT/pr.out" && fail "$(grep -m1 -e SIGSEGV -e MISMATCH "$OUT/pr.out")"
+  passed "$1"
+}
+
+test_restore_on_other_gpu() {
+  current="(d) gpu_counter checkpointed on GPU 0, restored on GPU 1"
+  if [ "$(nvidia-smi -L | grep -c '^GPU ')" -lt 2 ]; then
+    echo "SKIP: $current: needs 2 GPUs"
+    return
+  fi
+  local uuid1
+  uuid1=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader | awk -F', ' '$1 == 1 { print $2 }')
+  run_ns moved_cr "$BIN/gpu_counter" --gib 2 --interval-ms 100 --device 0 || { fail "run failed"; return; }
+  running moved_cr 3 || return
+  cr moved_cr --gpus 1 || return
+  goes_on moved_cr "$before"
+  [ "$(gpu_mem_of "$pid")" = "$uuid1" ] || fail "restored pid $pid is on $(gpu_mem_of "$pid"), not GPU 1 ($uuid1)"
+  passed "$1"
+}
+
 echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
-for t in test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused; do
+tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
+  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu"
+for t in ${GPU_TESTS:-$tests}; do
   $t "$failures"
 done
 probe_pinned_reader_running 0
