@@ -1,4 +1,5 @@
 #include "cli/cli.h"
+#include "k8s/snapshot_lookup.h"
 #include "k8s/webhook_server.h"
 
 namespace gpusnap::cli {
@@ -24,11 +25,16 @@ void AddWebhook(CLI::App& app, Context& ctx) {
   sub->add_option("--reaper-command", m.reaper_command, "A placeholder's pid 1 (as containers see it)")
       ->capture_default_str()
       ->expected(1, 16);
+  auto lookup_store = std::make_shared<std::string>();
+  sub->add_option("--snapshot-lookup-store", *lookup_store,
+                  "A gpusnap store this process can read, for the GPU count of snapshots whose pods do not give "
+                  "gpusnap.io/gpu-count (default: none, count 1)");
   sub->add_option("--max-body-bytes", opts->max_body_bytes, "Larger requests get 413")->capture_default_str();
   sub->add_option("--timeout", opts->io_timeout_s, "Seconds a read or write may take")->capture_default_str();
   sub->add_option("--threads", opts->threads, "Worker threads")->capture_default_str();
   sub->footer("Logs one line per review on stderr; stops on SIGINT or SIGTERM.");
-  sub->callback([&ctx, opts] {
+  sub->callback([&ctx, opts, lookup_store] {
+    if (!lookup_store->empty()) opts->mutate.snapshot_gpu_count = k8s::StoreGpuCountLookup(*lookup_store);
     Status st = k8s::RunWebhook(*opts);
     if (!st.ok()) ctx.Fail(st);
   });
