@@ -110,3 +110,23 @@ bool UsesNvidiaGpu(pid_t pid) {
   return maps.ok() && maps->find(" /dev/nvidia") != std::string::npos;
 }
 }  // namespace gpusnap::proc
+
+namespace gpusnap::proc {
+Result<pid_t> HostTid(pid_t pid, pid_t tid) {
+  std::string task = "/proc/" + std::to_string(pid) + "/task/";
+  if (::access((task + std::to_string(tid)).c_str(), F_OK) == 0) return tid;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(task, ec)) {
+    pid_t host = std::atoi(e.path().filename().c_str());
+    auto text = ReadFile(e.path().string() + "/status");
+    if (!text.ok()) continue;
+    auto pos = text->find("\nNSpid:");
+    if (pos == std::string::npos) continue;
+    std::istringstream in(text->substr(pos + 7, text->find('\n', pos + 1) - pos - 7));
+    pid_t last = 0, v;
+    while (in >> v) last = v;
+    if (last == tid) return host;
+  }
+  return Status::Error(Code::kNotFound, "pid {} has no thread {}", pid, tid);
+}
+}  // namespace gpusnap::proc

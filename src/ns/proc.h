@@ -45,3 +45,10 @@ namespace gpusnap::proc {
 // CUDA context.
 bool UsesNvidiaGpu(pid_t pid);
 }  // namespace gpusnap::proc
+
+namespace gpusnap::proc {
+// The host tid of a thread of `pid` known by `tid`, which may be its host tid
+// or its tid inside the process's pid namespace (what a program there sees,
+// and what the CUDA driver reports). kNotFound if no thread matches.
+Result<pid_t> HostTid(pid_t pid, pid_t tid);
+}  // namespace gpusnap::proc

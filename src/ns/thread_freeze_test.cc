@@ -100,3 +100,13 @@ TEST(ThreadFreeze, MissingProcessIsAnError) { EXPECT_FALSE(ThreadFreeze::AllBut(
 
 }  // namespace
 }  // namespace gpusnap::ns
+
+namespace gpusnap::proc {
+namespace {
+TEST(HostTid, HostTidIsItself) {
+  pid_t self = ::getpid();
+  EXPECT_EQ(*HostTid(self, static_cast<pid_t>(syscall(SYS_gettid))), static_cast<pid_t>(syscall(SYS_gettid)));
+  EXPECT_FALSE(HostTid(self, 999999).ok());
+}
+}  // namespace
+}  // namespace gpusnap::proc

@@ -162,7 +162,8 @@ Status Suspend(const cuda::Driver& driver, const std::vector<pid_t>& pids, int l
   t = Clock::now();
   std::vector<ns::ThreadFreeze> frozen;
   for (const auto& p : tids.pids) {
-    auto f = ns::ThreadFreeze::AllBut(p.pid, p.restore_tid);
+    auto tid = proc::HostTid(p.pid, p.restore_tid);
+    auto f = tid.ok() ? ns::ThreadFreeze::AllBut(p.pid, *tid) : Result<ns::ThreadFreeze>(tid.status());
     if (!f.ok()) {
       frozen.clear();  // releases the others
       (void)cuda::UnlockAll(driver, pids);
@@ -188,7 +189,9 @@ Status Resume(const cuda::Driver& driver, const std::vector<pid_t>& pids, const 
   GPUSNAP_RETURN_IF_ERROR(FromReport(tids));
   std::vector<ns::ThreadFreeze> frozen;
   for (const auto& p : tids.pids) {
-    GPUSNAP_ASSIGN_OR_RETURN(auto f, ns::ThreadFreeze::AllBut(p.pid, p.restore_tid));
+    // The driver names the thread as the process sees it, inside its namespace.
+    GPUSNAP_ASSIGN_OR_RETURN(pid_t tid, proc::HostTid(p.pid, p.restore_tid));
+    GPUSNAP_ASSIGN_OR_RETURN(auto f, ns::ThreadFreeze::AllBut(p.pid, tid));
     frozen.push_back(std::move(f));
     GPUSNAP_RETURN_IF_ERROR(ns::Continue(p.pid));  // the restore thread runs, no other
   }

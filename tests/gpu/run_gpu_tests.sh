@@ -204,12 +204,12 @@ run_ns() {
 cr() {
   local name=$1 src=$pid snap
   shift
-  snap=$(gs checkpoint -q "$name") || { fail "checkpoint failed"; return 1; }
+  snap=$(timeout 240 "$GPUSNAP" checkpoint -q "$name") || { fail "checkpoint failed"; return 1; }
   local i
   for ((i = 0; i < 100; i++)); do kill -0 "$src" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$src" 2>/dev/null && [ "$(ps -o stat= -p "$src")" != Z ] && { fail "source $src still runs"; return 1; }
   before=$(last_step "$OUT/$name.out")
-  pid=$(gs restore "$snap" "$@") || { fail "restore failed"; return 1; }
+  pid=$(timeout 240 "$GPUSNAP" restore "$snap" "$@") || { fail "restore failed"; return 1; }
   reapers+=("$(reaper_of "$pid")")
 }
 
