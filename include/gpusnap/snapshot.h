@@ -46,6 +46,7 @@ struct SnapshotGpuState {
   int cuda_version = 0;            // cuDriverGetVersion, e.g. 13000
   std::vector<SnapshotGpu> gpus;   // the GPUs the tree's processes use
   std::vector<int> ns_pids;        // the GPU processes, as pids in their namespace
+  std::vector<int> restore_tids;   // each one's driver restore thread, tid in its namespace
 };
 
 struct SnapshotMeta {

@@ -174,17 +174,20 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
     return Status::Ok();
   };
   PauseIfRequested("dump");
+  std::vector<pid_t> restore_tids;
   if (driver) {
     phases.Start("gpu-suspend");
-    GPUSNAP_RETURN_IF_ERROR(gpu::Suspend(*driver, gpu_pids, options.gpu_lock_timeout_ms, phases.timings())
-                                .Wrap("suspending the GPU processes"));
+    auto tids = gpu::Suspend(*driver, gpu_pids, options.gpu_lock_timeout_ms, phases.timings());
+    if (!tids.ok()) return tids.status().Wrap("suspending the GPU processes");
+    restore_tids = *tids;
+    meta.gpu->restore_tids.assign(restore_tids.begin(), restore_tids.end());
     phases.Done();
   }
   // The GPU processes come back to life if the dump fails or they stay running.
   auto resume_gpu = [&]() -> Status {
     if (!driver) return Status::Ok();
     std::map<std::string, double> ignored;
-    return gpu::Resume(*driver, gpu_pids, {}, ignored).Wrap("resuming the GPU processes");
+    return gpu::Resume(*driver, gpu_pids, restore_tids, {}, ignored).Wrap("resuming the GPU processes");
   };
   phases.Start("dump");
   auto resp = criu::Run(dump);

@@ -151,8 +151,8 @@ Result<cuda::GpuMap> PlanGpuMap(const SnapshotGpuState& snap, const std::vector<
   return cuda::TranslateGpuMap(entries, old_gpus, here);
 }
 
-Status Suspend(const cuda::Driver& driver, const std::vector<pid_t>& pids, int lock_timeout_ms,
-               std::map<std::string, double>& timings) {
+Result<std::vector<pid_t>> Suspend(const cuda::Driver& driver, const std::vector<pid_t>& pids, int lock_timeout_ms,
+                                   std::map<std::string, double>& timings) {
   auto t = Clock::now();
   cuda::Report tids = cuda::RestoreThreadIds(driver, pids);
   GPUSNAP_RETURN_IF_ERROR(FromReport(tids));
@@ -179,21 +179,23 @@ Status Suspend(const cuda::Driver& driver, const std::vector<pid_t>& pids, int l
   }
   for (auto& f : frozen) GPUSNAP_RETURN_IF_ERROR(f.DetachIntoStop());
   timings["gpu-checkpoint"] = Since(t);
-  return Status::Ok();
+  std::vector<pid_t> restore_tids;
+  for (const auto& p : tids.pids) restore_tids.push_back(p.restore_tid);
+  return restore_tids;
 }
 
-Status Resume(const cuda::Driver& driver, const std::vector<pid_t>& pids, const cuda::GpuMap& map,
-              std::map<std::string, double>& timings) {
+Status Resume(const cuda::Driver& driver, const std::vector<pid_t>& pids, const std::vector<pid_t>& restore_tids,
+              const cuda::GpuMap& map, std::map<std::string, double>& timings) {
+  if (restore_tids.size() != pids.size())
+    return Status::Error(Code::kInternal, "{} restore threads for {} GPU processes", restore_tids.size(), pids.size());
   auto t = Clock::now();
-  cuda::Report tids = cuda::RestoreThreadIds(driver, pids);
-  GPUSNAP_RETURN_IF_ERROR(FromReport(tids));
   std::vector<ns::ThreadFreeze> frozen;
-  for (const auto& p : tids.pids) {
+  for (size_t i = 0; i < pids.size(); ++i) {
     // The driver names the thread as the process sees it, inside its namespace.
-    GPUSNAP_ASSIGN_OR_RETURN(pid_t tid, proc::HostTid(p.pid, p.restore_tid));
-    GPUSNAP_ASSIGN_OR_RETURN(auto f, ns::ThreadFreeze::AllBut(p.pid, tid));
+    GPUSNAP_ASSIGN_OR_RETURN(pid_t tid, proc::HostTid(pids[i], restore_tids[i]));
+    GPUSNAP_ASSIGN_OR_RETURN(auto f, ns::ThreadFreeze::AllBut(pids[i], tid));
     frozen.push_back(std::move(f));
-    GPUSNAP_RETURN_IF_ERROR(ns::Continue(p.pid));  // the restore thread runs, no other
+    GPUSNAP_RETURN_IF_ERROR(ns::Continue(pids[i]));  // the restore thread runs, no other
   }
   GPUSNAP_RETURN_IF_ERROR(FromReport(cuda::RestoreAll(driver, pids, map)));
   timings["gpu-restore"] = Since(t);

@@ -53,14 +53,17 @@ Status CheckCompatible(const SnapshotGpuState& snap, const std::vector<cuda::Gpu
 Result<cuda::GpuMap> PlanGpuMap(const SnapshotGpuState& snap, const std::vector<cuda::GpuInfo>& here,
                                 const std::string& gpu_map_text, const std::vector<int>& gpus);
 
-// Lock, freeze, checkpoint and stop every pid. On failure every pid is back
-// to running, unlocked (the driver API's own rollback plus ours).
-Status Suspend(const cuda::Driver& driver, const std::vector<pid_t>& pids, int lock_timeout_ms,
-               std::map<std::string, double>& timings);
+// Lock, freeze, checkpoint and stop every pid. Returns each pid's restore
+// thread as the driver names it (its tid inside the process's namespace,
+// which a CRIU restore keeps). On failure every pid is back to running,
+// unlocked (the driver API's own rollback plus ours).
+Result<std::vector<pid_t>> Suspend(const cuda::Driver& driver, const std::vector<pid_t>& pids, int lock_timeout_ms,
+                                   std::map<std::string, double>& timings);
 
 // Restore and unlock every pid, now in group-stop (as Suspend or CRIU's
-// restore left them), then let all their threads run.
-Status Resume(const cuda::Driver& driver, const std::vector<pid_t>& pids, const cuda::GpuMap& map,
-              std::map<std::string, double>& timings);
+// restore left them), then let all their threads run. `restore_tids` are
+// Suspend's: a stopped process cannot be asked for its restore thread.
+Status Resume(const cuda::Driver& driver, const std::vector<pid_t>& pids, const std::vector<pid_t>& restore_tids,
+              const cuda::GpuMap& map, std::map<std::string, double>& timings);
 
 }  // namespace gpusnap::gpu

@@ -49,7 +49,8 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
     j["gpu"] = {{"driver_version", m.gpu->driver_version},
                 {"cuda_version", m.gpu->cuda_version},
                 {"gpus", gpus},
-                {"ns_pids", m.gpu->ns_pids}};
+                {"ns_pids", m.gpu->ns_pids},
+                {"restore_tids", m.gpu->restore_tids}};
   }
   return j.dump(2) + "\n";
 }
@@ -139,6 +140,7 @@ Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
     r.Get(*g, "driver_version", gs.driver_version);
     r.Get(*g, "cuda_version", gs.cuda_version);
     r.Get(*g, "ns_pids", gs.ns_pids);
+    r.Get(*g, "restore_tids", gs.restore_tids);
     json gpus;
     r.Get(*g, "gpus", gpus);
     for (const auto& item : gpus.is_array() ? gpus : json::array()) {

@@ -110,7 +110,7 @@ TEST(SnapshotMeta, GpuStateRoundTrips) {
   m.created = "2026-11-29T23:30:00.000Z";
   m.source.kind = "pid";
   m.criu_version = "4.3";
-  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-0123", "NVIDIA H200", 9, 0, 150ull << 30}}, {2, 5}};
+  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-0123", "NVIDIA H200", 9, 0, 150ull << 30}}, {2, 5}, {7, 9}};
   auto parsed = SnapshotMetaFromJson(SnapshotMetaToJson(m));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_TRUE(parsed->gpu.has_value());

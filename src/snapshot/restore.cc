@@ -139,7 +139,8 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
       GPUSNAP_ASSIGN_OR_RETURN(pid_t p, HostPidOf(reaper.reaper_pid, ns_pid));
       gpu_pids.push_back(p);
     }
-    Status st = gpu::Resume(*driver, gpu_pids, gpu_map, result.timings_s);
+    std::vector<pid_t> tids(meta.gpu->restore_tids.begin(), meta.gpu->restore_tids.end());
+    Status st = gpu::Resume(*driver, gpu_pids, tids, gpu_map, result.timings_s);
     if (!st.ok()) {
       // A tree whose GPU state did not come back must not run on half-restored.
       ::kill(reaper.reaper_pid, SIGTERM);
