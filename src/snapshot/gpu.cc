@@ -140,11 +140,17 @@ Result<cuda::GpuMap> PlanGpuMap(const SnapshotGpuState& snap, const std::vector<
   }
   std::string text = gpu_map_text;
   if (!gpus.empty()) {
-    if (gpus.size() != snap.gpus.size())
+    if (gpus.size() > snap.gpus.size())
       return Status::Error(Code::kInvalidArgument, "--gpus names {} GPUs, the snapshot uses {}", gpus.size(),
                            snap.gpus.size());
-    for (size_t i = 0; i < gpus.size(); ++i)
-      text += fmt::format("{}{}={}", i ? "," : "", snap.gpus[i].uuid, gpus[i]);
+    // The driver takes a permutation: the GPUs named first, then the others
+    // of this machine in order for the snapshot's remaining GPUs.
+    std::vector<int> targets = gpus;
+    for (const auto& h : here)
+      if (targets.size() < snap.gpus.size() && std::find(targets.begin(), targets.end(), h.index) == targets.end())
+        targets.push_back(h.index);
+    for (size_t i = 0; i < targets.size(); ++i)
+      text += fmt::format("{}{}={}", i ? "," : "", snap.gpus[i].uuid, targets[i]);
   }
   if (text.empty()) return cuda::GpuMap{};
   GPUSNAP_ASSIGN_OR_RETURN(auto entries, cuda::ParseGpuMap(text));
@@ -179,8 +185,13 @@ Result<std::vector<pid_t>> Suspend(const cuda::Driver& driver, const std::vector
   }
   for (auto& f : frozen) GPUSNAP_RETURN_IF_ERROR(f.DetachIntoStop());
   timings["gpu-checkpoint"] = Since(t);
+  // Recorded as the namespace sees them: a restore keeps those, not host tids.
   std::vector<pid_t> restore_tids;
-  for (const auto& p : tids.pids) restore_tids.push_back(p.restore_tid);
+  for (const auto& p : tids.pids) {
+    GPUSNAP_ASSIGN_OR_RETURN(pid_t host, proc::HostTid(p.pid, p.restore_tid));
+    GPUSNAP_ASSIGN_OR_RETURN(auto nspids, proc::NsPids(host));
+    restore_tids.push_back(nspids.back());
+  }
   return restore_tids;
 }
 
