@@ -3,7 +3,8 @@
 #
 # Installs the Debian packages in scripts/debian-packages.txt (only those
 # missing, without recommends), builds the self-contained CRIU bundle
-# (scripts/build-criu-bundle.sh) and builds gpusnap into build/. Every step
+# (scripts/build-criu-bundle.sh), fetches kubectl for the tests and builds
+# gpusnap into build/. Every step
 # is skipped when already done, so a second run takes seconds.
 set -euo pipefail
 
@@ -37,7 +38,10 @@ fi
 # 2. The CRIU bundle (Debian 12's own CRIU does not work on current kernels).
 "$REPO_DIR/scripts/build-criu-bundle.sh" "$BUILD_DIR/criu-bundle"
 
-# 3. gpusnap.
+# 3. kubectl for the Kubernetes tests (Debian 12 has none recent enough).
+"$REPO_DIR/scripts/fetch-kubectl.sh" "$BUILD_DIR/tools/kubectl"
+
+# 4. gpusnap.
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   log "configuring"
   cmake -S "$REPO_DIR" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
