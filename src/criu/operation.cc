@@ -4,6 +4,19 @@
 
 namespace gpusnap::criu {
 
+Operation MakeOperation(const Bundle& bundle, criu_req_type type, criu_opts opts, pid_t ns_holder,
+                        std::chrono::seconds timeout, std::string log_path) {
+  Operation op;
+  op.bundle = &bundle;
+  op.type = type;
+  op.inherit_fds = {opts.images_dir_fd(), opts.work_dir_fd()};
+  op.opts = std::move(opts);
+  op.ns_holder = ns_holder;
+  op.timeout = timeout;
+  op.log_path = std::move(log_path);
+  return op;
+}
+
 Result<criu_resp> Run(const Operation& op) {
   const char* verb = op.type == DUMP ? "dump" : "restore";
   GPUSNAP_ASSIGN_OR_RETURN(auto swrk, Swrk::Start({op.bundle, op.ns_holder, op.inherit_fds}));

@@ -24,6 +24,10 @@ struct Operation {
   NotifyHandler on_notify;
 };
 
+// The fields both directions fill alike.
+Operation MakeOperation(const Bundle& bundle, criu_req_type type, criu_opts opts, pid_t ns_holder,
+                        std::chrono::seconds timeout, std::string log_path);
+
 // kExternal when CRIU reports failure: "CRIU <verb> failed: <its message>"
 // followed by the Error lines of its log. A notify handler's own failure is
 // returned as is (it is the real cause).

@@ -11,19 +11,18 @@ constexpr uint32_t kGhostLimitBytes = 256u << 20;
 // cost of logging every page at level 4.
 int LogLevel(bool verbose) { return verbose ? 4 : 2; }
 
-void Common(criu_opts& o, int images_dir_fd, int work_dir_fd, const std::string& log_file, bool verbose,
-            bool tcp_established, bool shell_job, const std::string& config_file, const Features& features) {
-  if (!config_file.empty()) o.set_config_file(config_file);
-  o.set_images_dir_fd(images_dir_fd);
-  o.set_work_dir_fd(work_dir_fd);
-  o.set_log_file(log_file);
-  o.set_log_level(LogLevel(verbose));
-  o.set_shell_job(shell_job);
+void Common(criu_opts& o, const CommonPlan& plan, const Features& features) {
+  if (!plan.config_file.empty()) o.set_config_file(plan.config_file);
+  o.set_images_dir_fd(plan.images_dir_fd);
+  o.set_work_dir_fd(plan.work_dir_fd);
+  o.set_log_file(plan.log_file);
+  o.set_log_level(LogLevel(plan.verbose));
+  o.set_shell_job(plan.shell_job);
   o.set_file_locks(true);
   o.set_ghost_limit(kGhostLimitBytes);
   // gpusnap acts at post-dump / post-restore while the tree is still frozen.
   o.set_notify_scripts(true);
-  if (tcp_established) {
+  if (plan.tcp_established) {
     o.set_tcp_established(true);
     // Established connections are kept quiet by a network lock while frozen;
     // nftables needs no iptables binary on the host.
@@ -34,8 +33,7 @@ void Common(criu_opts& o, int images_dir_fd, int work_dir_fd, const std::string&
 
 criu_opts DumpOptions(const DumpPlan& plan, const Features& features) {
   criu_opts o;
-  Common(o, plan.images_dir_fd, plan.work_dir_fd, plan.log_file, plan.verbose, plan.tcp_established, plan.shell_job,
-         plan.config_file, features);
+  Common(o, plan, features);
   o.set_pid(plan.root_pid);
   o.set_leave_running(plan.leave_running);
   return o;
@@ -43,8 +41,7 @@ criu_opts DumpOptions(const DumpPlan& plan, const Features& features) {
 
 criu_opts RestoreOptions(const RestorePlan& plan, const Features& features) {
   criu_opts o;
-  Common(o, plan.images_dir_fd, plan.work_dir_fd, plan.log_file, plan.verbose, plan.tcp_established, plan.shell_job,
-         plan.config_file, features);
+  Common(o, plan, features);
   return o;
 }
 

@@ -15,27 +15,23 @@ struct Features {
   bool nftables = false;  // network_lock = NFTABLES understood
 };
 
-struct DumpPlan {
-  int root_pid = 0;             // REQUIRES: > 0, as seen from CRIU's pid namespace
+// What a dump and a restore have in common.
+struct CommonPlan {
   int images_dir_fd = -1;       // REQUIRES: >= 0, inherited by CRIU
   int work_dir_fd = -1;         // REQUIRES: >= 0, where CRIU writes its log
   std::string log_file;         // name inside the work dir
-  bool leave_running = false;
-  bool tcp_established = false;
-  bool shell_job = false;       // the tree's session leader lives outside it
+  bool tcp_established = false; // restore: REQUIRES the same as at dump
+  bool shell_job = false;       // the tree's session leader lives outside it (likewise)
   bool verbose = false;
   std::string config_file;      // a CRIU configuration file to add, if any
 };
 
-struct RestorePlan {
-  int images_dir_fd = -1;
-  int work_dir_fd = -1;
-  std::string log_file;
-  bool tcp_established = false; // REQUIRES: the same as at dump
-  bool shell_job = false;       // likewise
-  bool verbose = false;
-  std::string config_file;
+struct DumpPlan : CommonPlan {
+  int root_pid = 0;             // REQUIRES: > 0, as seen from CRIU's pid namespace
+  bool leave_running = false;
 };
+
+struct RestorePlan : CommonPlan {};
 
 criu_opts DumpOptions(const DumpPlan& plan, const Features& features);
 criu_opts RestoreOptions(const RestorePlan& plan, const Features& features);

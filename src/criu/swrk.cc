@@ -25,34 +25,36 @@ namespace {
 // Largest RPC message we expect from CRIU; its own limit is far smaller.
 constexpr size_t kMaxMessage = 1 << 20;
 
-bool SendFd(int over, int fd) {
-  char dummy = 'F';
-  iovec iov{&dummy, 1};
+// One byte of payload and room for one descriptor: the message both ends use.
+struct FdMessage {
+  char byte = 'F';
+  iovec iov{&byte, 1};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
+bool SendFd(int over, int fd) {
+  FdMessage m;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  return ::sendmsg(over, &msg, MSG_NOSIGNAL) == 1;
+  return ::sendmsg(over, &m.msg, MSG_NOSIGNAL) == 1;
 }
 
 int RecvFd(int over) {
-  char dummy;
-  iovec iov{&dummy, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  if (::recvmsg(over, &msg, MSG_CMSG_CLOEXEC) != 1) return -1;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  FdMessage m;
+  if (::recvmsg(over, &m.msg, MSG_CMSG_CLOEXEC) != 1) return -1;
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
   int fd;
   std::memcpy(&fd, CMSG_DATA(c), sizeof(int));

@@ -149,14 +149,9 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   plan.verbose = options.verbose;
   plan.config_file = options.criu_config;
 
-  criu::Operation dump;
-  dump.bundle = &bundle;
-  dump.type = DUMP;
-  dump.opts = criu::DumpOptions(plan, features);
-  dump.ns_holder = target.ns_holder;
-  dump.inherit_fds = {images_fd.get(), work_fd.get()};
-  dump.timeout = std::chrono::seconds(options.timeout_s);
-  dump.log_path = pending.dir() + "/" + format::kDumpLog;
+  criu::Operation dump = criu::MakeOperation(bundle, DUMP, criu::DumpOptions(plan, features), target.ns_holder,
+                                             std::chrono::seconds(options.timeout_s),
+                                             pending.dir() + "/" + format::kDumpLog);
 
   // 4. Publish while the tree is frozen.
   bool published = false;

@@ -119,14 +119,8 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   plan.shell_job = false;
   plan.verbose = options.verbose;
   plan.config_file = options.criu_config;
-  criu::Operation op;
-  op.bundle = &bundle;
-  op.type = RESTORE;
-  op.opts = criu::RestoreOptions(plan, features);
-  op.ns_holder = reaper.reaper_pid;
-  op.inherit_fds = {images_fd.get(), work_fd.get()};
-  op.timeout = std::chrono::seconds(options.timeout_s);
-  op.log_path = logs + "/" + log_name;
+  criu::Operation op = criu::MakeOperation(bundle, RESTORE, criu::RestoreOptions(plan, features), reaper.reaper_pid,
+                                           std::chrono::seconds(options.timeout_s), logs + "/" + log_name);
   result.log = op.log_path;
   auto resp = criu::Run(op);
   if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));

@@ -1,5 +1,6 @@
 """Nothing is lost: every failure leaves the source running, the store without
 half snapshots, and says what went wrong in one line."""
+import contextlib
 import os
 import signal
 import socket
@@ -8,6 +9,17 @@ import time
 import unittest
 
 from harness import GPUSNAP, GpusnapCase, free_port
+
+
+@contextlib.contextmanager
+def tmpfs(path, options):
+    """A tmpfs mounted at path for the duration: a small disk, a read-only store."""
+    os.makedirs(path)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", path], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", path], check=True)
 
 
 class FailedCheckpoints(GpusnapCase):
@@ -80,32 +92,22 @@ class FailedCheckpoints(GpusnapCase):
 
     def test_full_disk(self):
         pid = self.run_counter("full")
-        small = os.path.join(self.tmp, "small")
-        os.makedirs(small)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", small], check=True)
-        try:
+        with tmpfs(os.path.join(self.tmp, "small"), "size=256k") as small:
             p = self.gs("checkpoint", "full", "--store", small, check=False)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn("No space left on device", p.stderr)
             c = self.count(pid)
             self.wait_count(pid, c + 5)
-            self.assertEqual([n for n in os.listdir(os.path.join(small, "snapshots")) if not n.startswith("logs")], [])
-        finally:
-            subprocess.run(["umount", small], check=True)
+            self.assertEqual(os.listdir(os.path.join(small, "snapshots")), [])
 
     def test_store_not_writable(self):
         pid = self.run_counter("ro")
-        ro = os.path.join(self.tmp, "ro")
-        os.makedirs(ro)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", ro], check=True)
-        try:
+        with tmpfs(os.path.join(self.tmp, "ro"), "ro") as ro:
             p = self.gs("-q", "checkpoint", "ro", "--store", ro, check=False)
             self.assertNotEqual(p.returncode, 0)
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
             self.assertIn("not writable", p.stderr)
             self.assertIn(ro, p.stderr)
-        finally:
-            subprocess.run(["umount", ro], check=True)
         self.wait_count(pid, self.count(pid) + 3)
 
     def test_unknown_pid_and_name(self):
@@ -174,8 +176,10 @@ class BadSnapshots(GpusnapCase):
 
     def test_unknown_schema_version(self):
         meta = os.path.join(self.dir, "gpusnap.json")
-        text = open(meta).read().replace('"schema_version": "1.0"', '"schema_version": "9.0"')
-        open(meta, "w").write(text)
+        with open(meta) as f:
+            text = f.read().replace('"schema_version": "1.1"', '"schema_version": "9.0"')
+        with open(meta, "w") as f:
+            f.write(text)
         self.assert_refused("schema version 9.0 is not supported")
 
     def test_unknown_snapshot(self):
