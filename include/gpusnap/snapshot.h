@@ -16,7 +16,7 @@ namespace gpusnap {
 // Major version: a reader refuses any other. Minor: fields added since, each
 // optional with a written default.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 1;  // 1.1: `gpu`
+inline constexpr int kSchemaMinor = 2;  // 1.1: `gpu`; 1.2: `digest`
 
 struct SnapshotSource {
   std::string kind;                // "workload" (started by `gpusnap run`) or "pid"
@@ -61,6 +61,7 @@ struct SnapshotMeta {
   bool tcp_established = false;    // restore must pass the same option
   std::vector<int> pids;           // every task in the tree (host pids at dump)
   uint64_t total_bytes = 0;        // sum of the files below
+  std::string digest = "sha256";                // how files[].sha256 was computed (store/digest.h)
   std::map<std::string, FileDigest> files;      // path relative to the snapshot dir
   std::map<std::string, double> timings_s;      // phase -> seconds
   std::optional<SnapshotGpuState> gpu;

@@ -35,6 +35,7 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
       {"criu", {{"version", m.criu_version}, {"tcp_established", m.tcp_established}}},
       {"pids", m.pids},
       {"total_bytes", m.total_bytes},
+      {"digest", m.digest},
       {"files", files},
       {"timings_s", m.timings_s},
   };
@@ -119,6 +120,7 @@ Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
   }
   r.Get(j, "pids", m.pids, false);
   r.Get(j, "total_bytes", m.total_bytes, false);
+  r.Get(j, "digest", m.digest, false);  // absent before 1.2: whole-file SHA-256
   r.Get(j, "timings_s", m.timings_s, false);
   if (const json* files = r.Object(j, "files")) {
     for (const auto& [path, d] : files->items()) {

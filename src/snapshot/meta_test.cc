@@ -34,7 +34,7 @@ TEST(SnapshotMeta, RoundTrips) {
 
 TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.1\""), 5, "\"2.0\"");
+  json.replace(json.find("\"1.2\""), 5, "\"2.0\"");
   auto parsed = SnapshotMetaFromJson(json);
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), Code::kNotSupported);
@@ -44,7 +44,7 @@ TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
 
 TEST(SnapshotMeta, NewerMinorVersionIsRead) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.1\""), 5, "\"1.7\"");
+  json.replace(json.find("\"1.2\""), 5, "\"1.7\"");
   auto parsed = SnapshotMetaFromJson(json);
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(parsed->schema_minor, 7);

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "snapshot/format.h"
+#include "store/digest.h"
 #include "util/files.h"
 
 namespace gpusnap {
@@ -21,19 +22,11 @@ constexpr std::string_view kTmpPrefix = ".tmp-";
 
 // Hashes every file under `dir` except gpusnap.json, syncing each on the way
 // (CRIU writes its images without fsync).
-Result<std::map<std::string, FileDigest>> DigestTree(const std::string& dir, bool sync) {
+Result<std::map<std::string, FileDigest>> DigestTree(const std::string& dir, bool sync, std::string_view algorithm) {
   GPUSNAP_ASSIGN_OR_RETURN(auto names, ListFilesRecursive(dir));
-  std::map<std::string, FileDigest> out;
-  for (const auto& name : names) {
-    if (name == format::kMetaFile || format::IsCriuAccountingFile(name)) continue;
-    std::string path = dir + "/" + name;
-    struct stat st{};
-    if (::stat(path.c_str(), &st) != 0) return Status::Errno(errno, "stat `{}`", path);
-    if (sync) GPUSNAP_RETURN_IF_ERROR(FsyncPath(path));
-    GPUSNAP_ASSIGN_OR_RETURN(auto sha, Sha256File(path));
-    out[name] = FileDigest{static_cast<uint64_t>(st.st_size), sha};
-  }
-  return out;
+  std::erase_if(names, [](const std::string& n) { return n == format::kMetaFile || format::IsCriuAccountingFile(n); });
+  GPUSNAP_ASSIGN_OR_RETURN(uint64_t chunk_bytes, DigestChunkBytes(algorithm));
+  return DigestFiles(dir, names, sync, 0, chunk_bytes);
 }
 }  // namespace
 
@@ -96,7 +89,8 @@ PendingSnapshot::~PendingSnapshot() {
 }
 
 Status PendingSnapshot::Publish(SnapshotMeta& meta) {
-  GPUSNAP_ASSIGN_OR_RETURN(meta.files, DigestTree(tmp_dir_, /*sync=*/true));
+  meta.digest = kDigestAlgorithm;
+  GPUSNAP_ASSIGN_OR_RETURN(meta.files, DigestTree(tmp_dir_, /*sync=*/true, meta.digest));
   meta.total_bytes = 0;
   for (const auto& [_, d] : meta.files) meta.total_bytes += d.size;
   std::string meta_path = tmp_dir_ + "/" + format::kMetaFile;
@@ -150,7 +144,7 @@ Result<std::vector<SnapshotMeta>> Store::List(std::vector<std::string>* warnings
 
 Status Store::Verify(const SnapshotMeta& meta) const {
   std::string dir = SnapshotDir(meta.id);
-  GPUSNAP_ASSIGN_OR_RETURN(auto actual, DigestTree(dir, /*sync=*/false));
+  GPUSNAP_ASSIGN_OR_RETURN(auto actual, DigestTree(dir, /*sync=*/false, meta.digest));
   for (const auto& [name, want] : meta.files) {
     auto it = actual.find(name);
     if (it == actual.end())

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -104,43 +103,6 @@ Result<std::vector<std::string>> ListFilesRecursive(const std::string& root) {
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-Result<std::string> Sha256File(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::Errno(errno, "opening `{}`", path);
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
-  std::vector<char> buf(1 << 20);
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::Errno(errno, "reading `{}`", path);
-    }
-    if (n == 0) break;
-    EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(n));
-  }
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx.get(), md, &len);
-  static const char* kHex = "0123456789abcdef";
-  std::string hex;
-  for (unsigned i = 0; i < len; ++i) {
-    hex.push_back(kHex[md[i] >> 4]);
-    hex.push_back(kHex[md[i] & 15]);
-  }
-  return hex;
-}
-
-Result<uint64_t> TreeSize(const std::string& root) {
-  uint64_t total = 0;
-  std::error_code ec;
-  auto it = std::filesystem::recursive_directory_iterator(root, ec);
-  if (ec) return Status::Errno(ec.value(), "listing `{}`", root);
-  for (const auto& entry : it)
-    if (entry.is_regular_file(ec) && !entry.is_symlink(ec)) total += entry.file_size(ec);
-  return total;
 }
 
 }  // namespace gpusnap

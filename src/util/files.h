@@ -27,10 +27,4 @@ Status RemoveTree(const std::string& path);
 // Regular files under `root`, as paths relative to it, sorted.
 Result<std::vector<std::string>> ListFilesRecursive(const std::string& root);
 
-// SHA-256 of a file's content, lowercase hex.
-Result<std::string> Sha256File(const std::string& path);
-
-// Total size in bytes of regular files under root.
-Result<uint64_t> TreeSize(const std::string& root);
-
 }  // namespace gpusnap

@@ -1,0 +1,142 @@
+#include "store/digest.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "util/fd.h"
+
+namespace gpusnap {
+
+namespace {
+
+using Sha = std::array<unsigned char, 32>;
+
+class Hasher {
+ public:
+  Hasher() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) { EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr); }
+  void Update(const void* data, size_t n) { EVP_DigestUpdate(ctx_.get(), data, n); }
+  Sha Final() {
+    Sha out{};
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx_.get(), out.data(), &len);
+    return out;
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
+};
+
+std::string Hex(const Sha& d) {
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : d) {
+    s.push_back(kHex[c >> 4]);
+    s.push_back(kHex[c & 15]);
+  }
+  return s;
+}
+
+struct File {
+  std::string name;
+  UniqueFd fd;
+  uint64_t size = 0;
+  std::vector<Sha> chunks;
+};
+
+struct Task {
+  size_t file;
+  size_t chunk;
+};
+
+}  // namespace
+
+Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, const std::vector<std::string>& names,
+                                                      bool sync, unsigned threads, uint64_t chunk_bytes) {
+  std::vector<File> files(names.size());
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < names.size(); ++i) {
+    File& f = files[i];
+    f.name = names[i];
+    std::string path = root + "/" + names[i];
+    f.fd.Reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st{};
+    if (!f.fd.valid() || ::fstat(f.fd.get(), &st) != 0) return Status::Errno(errno, "opening `{}`", path);
+    f.size = static_cast<uint64_t>(st.st_size);
+    size_t n = std::max<uint64_t>(1, (f.size + chunk_bytes - 1) / chunk_bytes);
+    f.chunks.resize(n);
+    for (size_t c = 0; c < n; ++c) tasks.push_back({i, c});
+  }
+  // Largest files first keeps the tail short.
+  std::stable_sort(tasks.begin(), tasks.end(),
+                   [&](const Task& a, const Task& b) { return files[a.file].size > files[b.file].size; });
+
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  Status failure;  // GUARDED_BY(mu)
+  auto work = [&] {
+    std::vector<char> buf(4 << 20);
+    for (size_t t; (t = next.fetch_add(1)) < tasks.size();) {
+      File& f = files[tasks[t].file];
+      uint64_t off = tasks[t].chunk * chunk_bytes, end = std::min(f.size, off + chunk_bytes);
+      Status st;
+      if (sync && tasks[t].chunk == 0 && ::fsync(f.fd.get()) != 0) st = Status::Errno(errno, "syncing `{}`", f.name);
+      Hasher h;
+      while (st.ok() && off < end) {
+        ssize_t r = ::pread(f.fd.get(), buf.data(), std::min<uint64_t>(buf.size(), end - off), static_cast<off_t>(off));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+          st = r < 0 ? Status::Errno(errno, "reading `{}`", f.name)
+                     : Status::Error(Code::kCorruption, "`{}` shrank while being read", f.name);
+          break;
+        }
+        h.Update(buf.data(), static_cast<size_t>(r));
+        off += static_cast<uint64_t>(r);
+      }
+      if (!st.ok()) {
+        std::lock_guard lock(mu);
+        if (failure.ok()) failure = st;
+        return;
+      }
+      f.chunks[tasks[t].chunk] = h.Final();
+    }
+  };
+  unsigned n = threads ? threads : std::max(1u, std::thread::hardware_concurrency());
+  n = static_cast<unsigned>(std::min<size_t>(n, std::max<size_t>(1, tasks.size())));
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < n; ++i) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (!failure.ok()) return failure;
+
+  std::map<std::string, FileDigest> out;
+  for (auto& f : files) {
+    FileDigest d;
+    d.size = f.size;
+    if (f.chunks.size() == 1) {
+      d.sha256 = Hex(f.chunks[0]);
+    } else {
+      Hasher top;
+      for (const auto& c : f.chunks) top.Update(c.data(), c.size());
+      d.sha256 = Hex(top.Final());
+    }
+    out[f.name] = d;
+  }
+  return out;
+}
+
+Result<uint64_t> DigestChunkBytes(std::string_view algorithm) {
+  if (algorithm == kDigestAlgorithm) return kDigestChunkBytes;
+  if (algorithm == "sha256") return UINT64_MAX / 2;
+  return Status::Error(Code::kNotSupported, "unknown digest algorithm `{}`", algorithm);
+}
+
+}  // namespace gpusnap

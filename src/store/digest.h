@@ -1,0 +1,34 @@
+// File digests for the snapshot store, computed in parallel.
+//
+// A file's digest is SHA-256 over 64 MiB chunks: a file of one chunk (up to
+// 64 MiB) gets the plain SHA-256 of its content (what sha256sum prints); a
+// longer one gets the SHA-256 of the concatenated 32-byte SHA-256 digests of
+// its chunks, in order. Chunks of all files are hashed on all cores, so a
+// multi-GiB page image costs a fraction of a second instead of seconds on one
+// thread (docs/BENCHMARK.md), with SHA-256's strength kept.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpusnap/snapshot.h"
+#include "gpusnap/status.h"
+
+namespace gpusnap {
+
+inline constexpr uint64_t kDigestChunkBytes = 64ull << 20;
+inline constexpr const char* kDigestAlgorithm = "sha256-64MiB-chunks";
+
+// Digests `names` (paths relative to `root`). With `sync`, each file is also
+// fsync'd. `threads` 0: one per core. Errors name the file.
+Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, const std::vector<std::string>& names,
+                                                      bool sync, unsigned threads = 0,
+                                                      uint64_t chunk_bytes = kDigestChunkBytes);
+
+// The chunk size of a named algorithm: kDigestAlgorithm, or "sha256" (whole
+// files, snapshots of schema < 1.2). kNotSupported for any other name.
+Result<uint64_t> DigestChunkBytes(std::string_view algorithm);
+
+}  // namespace gpusnap
