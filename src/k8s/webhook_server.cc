@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <charconv>
 #include <cstdio>
 #include <thread>
@@ -126,13 +128,20 @@ Status RunWebhook(WebhookOptions options) {
   GPUSNAP_ASSIGN_OR_RETURN(auto server, WebhookServer::Bind(std::move(options)));
   log(fmt::format("listening on https://{}:{} (certificate sha256 {})", server->host(), server->port(),
                   server->CertificateFingerprint()));
-  std::thread waiter([&server, &log, set] {
+  std::atomic<bool> served{false};
+  std::thread waiter([&server, &log, &served, set] {
     int sig = 0;
     sigwait(&set, &sig);
-    if (sig == SIGINT || sig == SIGTERM) log(fmt::format("signal {}: stopping", sig));
-    server->Stop();
+    if (!served && (sig == SIGINT || sig == SIGTERM)) log(fmt::format("signal {}: stopping", sig));
+    // Stop() does nothing until the listen loop runs: a signal right after
+    // the bind must not be lost, so repeat until Serve has returned.
+    while (!served) {
+      server->Stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   });
   Status st = server->Serve();
+  served = true;
   pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter if Serve ended on its own
   waiter.join();
   return st;
