@@ -3,10 +3,11 @@ real CRIU: the count continues, and pipes, unix sockets, files, deleted files,
 /dev/shm and TCP still work after a restore (the workload checks itself)."""
 import os
 import socket
+import subprocess
 import time
 import unittest
 
-from harness import GpusnapCase, free_port
+from harness import WORKLOADS, GpusnapCase, free_port
 
 
 def ask(port, sock=None):
@@ -64,6 +65,23 @@ class RoundTrip(GpusnapCase):
         self.assertEqual(meta["source"], "bypid")  # the pid was recognised as the workload
         new_pid = self.restore(snap)
         self.wait_count(new_pid, self.count(new_pid) + 5)
+
+    def test_process_not_started_by_gpusnap(self):
+        """A plain host process, named by its pid: dumped from the host's
+        namespace, restored into a fresh one."""
+        src = subprocess.Popen([os.path.join(WORKLOADS, "counter"), self.data], start_new_session=True,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(src.wait)
+        self.wait_count(src.pid, 5)
+        snap = self.checkpoint(str(src.pid))
+        src.wait(timeout=10)  # CRIU ended the source after the dump
+        stopped_at = self.gs_json("inspect", snap)["source"]
+        self.assertEqual(stopped_at["kind"], "pid")
+        new_pid = self.restore(snap)
+        first = self.count(new_pid)
+        self.assertGreaterEqual(first, 5)
+        self.wait_count(new_pid, first + 10)
+        self.assertEqual([w["name"] for w in self.workloads() if w["running"]], [f"restored-{src.pid}"])
 
     def test_ten_cycles(self):
         pid = self.run_counter("cycles")
