@@ -2,6 +2,7 @@
 
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <filesystem>
 #include <sstream>
@@ -40,6 +41,13 @@ const cuda::GpuInfo* ByUuid(const std::vector<cuda::GpuInfo>& gpus, const std::s
   return nullptr;
 }
 
+// The NVIDIA driver's /proc directory. GPUSNAP_NVIDIA_PROC_DIR points the
+// GPU-less tests at a stand-in, the way they load a stand-in libcuda.
+std::string NvidiaProcDir() {
+  const char* dir = std::getenv("GPUSNAP_NVIDIA_PROC_DIR");
+  return dir && *dir ? dir : "/proc/driver/nvidia";
+}
+
 }  // namespace
 
 std::vector<pid_t> FindGpuProcesses(const std::vector<pid_t>& tree) {
@@ -50,19 +58,19 @@ std::vector<pid_t> FindGpuProcesses(const std::vector<pid_t>& tree) {
 }
 
 Result<std::string> KernelDriverVersion() {
-  GPUSNAP_ASSIGN_OR_RETURN(auto text, ReadFile("/proc/driver/nvidia/version"));
+  GPUSNAP_ASSIGN_OR_RETURN(auto text, ReadFile(NvidiaProcDir() + "/version"));
   // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ..."
   std::istringstream in(text);
   std::string word;
   while (in >> word)
     if (word == "Module" && in >> word) return word;
-  return Status::Error(Code::kNotFound, "no version in /proc/driver/nvidia/version");
+  return Status::Error(Code::kNotFound, "no version in {}/version", NvidiaProcDir());
 }
 
 std::vector<std::string> GpusOpenedBy(pid_t pid) {
   std::map<int, std::string> minor_to_uuid;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+  for (const auto& e : std::filesystem::directory_iterator(NvidiaProcDir() + "/gpus", ec)) {
     auto info = ReadFile(e.path().string() + "/information");
     if (!info.ok()) continue;
     std::string minor = Field(*info, "Device Minor"), uuid = Field(*info, "GPU UUID");

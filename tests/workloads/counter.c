@@ -8,7 +8,9 @@
  * command name (/proc/<pid>/comm = "cnt:<n>"), per process, so a source and
  * its restored copy can be told apart.
  *
- * usage: counter DIR [PORT]    (PORT 0 or absent: no listener)
+ * usage: counter DIR [PORT [DEVICE]]   (PORT 0 or absent: no listener)
+ * DEVICE: a file it maps shared, as a CUDA process maps /dev/nvidia*; the
+ * GPU-less tests give a stand-in so gpusnap takes it for a GPU process.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -153,6 +155,11 @@ int main(int argc, char **argv) {
   close(p[0]);
   close(sv[1]);
   if (fork() == 0) idle_pair();
+
+  if (argc > 3) {
+    int dev = open(argv[3], O_RDWR);
+    if (dev < 0 || mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, dev, 0) == MAP_FAILED) fail("device file");
+  }
 
   pthread_t t;
   pthread_create(&t, NULL, beat, NULL);

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <string>
@@ -296,10 +297,22 @@ FAKE_EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState* state)
   });
 }
 
+// Like the driver's own helper thread: a real thread of a live process (its
+// newest, other than the main thread), pid + 1 for the made-up pids of unit tests.
+int RestoreThreadOf(int pid) {
+  int newest = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    int tid = std::atoi(e.path().filename().c_str());
+    if (tid != pid && tid > newest) newest = tid;
+  }
+  return newest ? newest : pid + 1;
+}
+
 FAKE_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int* tid) {
   return Query("cuCheckpointProcessGetRestoreThreadId", pid, [&](std::string& extra) {
     if (tid == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    *tid = pid + 1;
+    *tid = RestoreThreadOf(pid);
     extra = "tid=" + std::to_string(*tid);
     return CUDA_SUCCESS;
   });

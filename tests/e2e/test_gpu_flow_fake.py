@@ -1,0 +1,105 @@
+"""The GPU steps of `gpusnap checkpoint` and `restore` on a GPU-less machine:
+the production code path with the fake libcuda (tests/fakes/libcuda, loaded
+through the same dlopen) and a stand-in for the driver's /proc directory. The
+workload maps a file named /dev/nvidia-*, as a CUDA process maps the device,
+so gpusnap takes it for a GPU process; CRIU and the processes are real."""
+import json
+import os
+import unittest
+import uuid
+
+from harness import WORKLOADS, GpusnapCase
+
+FAKE_DIR = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(os.path.dirname(__file__), "../../build/fakes"))
+VERSION_LINE = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  Tue Jan  1 00:00:00 UTC 2026\n"
+
+
+class GpuFlowWithFakeDriver(GpusnapCase):
+    def setUp(self):
+        super().setUp()
+        if not os.path.exists(os.path.join(FAKE_DIR, "libcuda.so.1")):
+            self.skipTest(f"no fake libcuda in {FAKE_DIR} (build target fake_cuda)")
+        self.device = f"/dev/nvidia-gpusnap-test-{uuid.uuid4().hex[:8]}"
+        with open(self.device, "wb") as f:
+            f.write(b"\0" * 4096)
+        self.addCleanup(os.unlink, self.device)
+        self.nvproc = os.path.join(self.tmp, "nvidia")
+        os.makedirs(self.nvproc)
+        self.set_driver("580.159.04")
+        self.log = os.path.join(self.tmp, "fake-cuda.log")
+        self.states = os.path.join(self.tmp, "states")
+        # Only gpusnap loads the fake; `gpusnap run` keeps the workload's own environment.
+        self.gpu_env = dict(self.env, LD_LIBRARY_PATH=FAKE_DIR, FAKE_CUDA_LOG=self.log, FAKE_CUDA_STATE_FILE=self.states,
+                            FAKE_CUDA_GPUS="1", GPUSNAP_NVIDIA_PROC_DIR=self.nvproc)
+        self.pid = int(self.gs("run", "--name", "gpu", "--", os.path.join(WORKLOADS, "counter"), self.data, "0",
+                               self.device).stdout.strip())
+        self.wait_count(self.pid, 3)
+
+    def set_driver(self, version):
+        with open(os.path.join(self.nvproc, "version"), "w") as f:
+            f.write(VERSION_LINE.format(version))
+
+    def calls(self):
+        """(function, pid) of every checkpoint-API call the fake saw, in order."""
+        out = []
+        with open(self.log) as f:
+            for line in f:
+                fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+                if fields.get("fn", "").startswith("cuCheckpointProcess") and fields.get("rc") == "0":
+                    out.append((fields["fn"].replace("cuCheckpointProcess", ""), int(fields["pid"])))
+        return out
+
+    def test_leave_running_suspends_then_resumes_the_gpu_process(self):
+        snap = self.gs_json("checkpoint", "gpu", "--leave-running", env=self.gpu_env)
+        pid = self.pid
+        steps = [fn for fn, p in self.calls() if p == pid and fn != "GetState"]
+        # Lock and checkpoint before the dump; restore and unlock after it.
+        self.assertEqual(steps, ["GetRestoreThreadId", "Lock", "Checkpoint", "Restore", "Unlock"])
+        self.wait_count(pid, self.count(pid) + 10)  # every thread runs again
+        meta = self.gs_json("inspect", snap["id"])
+        gpu = meta["gpu"]
+        self.assertEqual(gpu["driver_version"], "580.159.04")
+        self.assertEqual(gpu["ns_pids"], [2])
+        # The restore thread is recorded as the namespace sees it, not by its host tid.
+        with open(self.log) as f:
+            host_tid = [int(l.split("tid=")[-1]) for l in f if "GetRestoreThreadId" in l][0]
+        with open(f"/proc/{pid}/task/{host_tid}/status") as f:
+            ns_tid = int([l for l in f if l.startswith("NSpid:")][0].split()[-1])
+        self.assertEqual(gpu["restore_tids"], [ns_tid])
+        self.assertNotEqual(ns_tid, host_tid)
+        self.assertIn("gpu-checkpoint", snap["timings_s"])
+        self.assert_no_fail_in_logs()
+
+    def test_failed_gpu_checkpoint_leaves_the_source_running(self):
+        env = dict(self.gpu_env, FAKE_CUDA_FAIL="cuCheckpointProcessCheckpoint:*:999")
+        p = self.gs("checkpoint", "gpu", env=env, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(f"checkpoint pid {self.pid}", p.stderr)
+        self.assertIn("(999)", p.stderr)
+        self.wait_count(self.pid, self.count(self.pid) + 10)
+        self.assertEqual(self.snapshots(), [])
+        self.assertEqual(self.tmp_dirs(), [])
+        with open(self.states) as f:
+            self.assertIn(f"{self.pid} 0", f.read())  # unlocked again: RUNNING
+        self.assert_no_fail_in_logs()
+
+    def test_restore_on_another_driver_major_is_refused_before_anything(self):
+        snap = self.gs("checkpoint", "-q", "gpu", "--leave-running", env=self.gpu_env).stdout.strip().splitlines()[-1]
+        self.set_driver("999.10")
+        before = self.workloads()
+        p = self.gs("restore", snap, "--name", "copy", env=self.gpu_env, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("driver 580.159.04, this machine has 999.10", p.stderr)
+        self.assertEqual(self.workloads(), before)
+
+    def test_gpu_options_on_a_cpu_snapshot_are_refused(self):
+        cpu = self.run_counter("cpu")
+        snap = self.checkpoint("cpu", "--leave-running")
+        p = self.gs("restore", snap, "--name", "copy", "--gpus", "1", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("holds no GPU state", p.stderr)
+        self.assertTrue(self.alive(cpu))
+
+
+if __name__ == "__main__":
+    unittest.main()
