@@ -39,6 +39,12 @@ class GpuFlowWithFakeDriver(GpusnapCase):
         with open(os.path.join(self.nvproc, "version"), "w") as f:
             f.write(VERSION_LINE.format(version))
 
+    def device_state(self):
+        """The fake driver's state of the workload, kept in the device stand-in."""
+        with open(self.device) as f:
+            head = f.read(32).strip("\0").split()
+        return int(head[1]) if head else 0
+
     def calls(self):
         """(function, pid) of every checkpoint-API call the fake saw, in order."""
         out = []
@@ -70,6 +76,21 @@ class GpuFlowWithFakeDriver(GpusnapCase):
         self.assertIn("gpu-checkpoint", snap["timings_s"])
         self.assert_no_fail_in_logs()
 
+    def test_checkpoint_then_restore_brings_the_gpu_process_back(self):
+        snap = self.gs("checkpoint", "-q", "gpu", env=self.gpu_env).stdout.strip().splitlines()[-1]
+        self.assertTrue(self.wait_gone(self.pid))
+        self.assertEqual(self.device_state(), 2)  # CHECKPOINTED, as the dump saw it
+        out = self.gs_json("restore", snap, env=self.gpu_env)
+        new_pid = out["pid"]
+        first = self.count(new_pid)
+        self.wait_count(new_pid, first + 10)  # all threads run again
+        self.assertEqual(self.device_state(), 0)
+        steps = [fn for fn, p in self.calls() if p == new_pid and fn != "GetState"]
+        # No query of the stopped process: its restore thread came from the snapshot.
+        self.assertEqual(steps, ["Restore", "Unlock"])
+        self.assertIn("gpu-restore", out["timings_s"])
+        self.assert_no_fail_in_logs()
+
     def test_failed_gpu_checkpoint_leaves_the_source_running(self):
         env = dict(self.gpu_env, FAKE_CUDA_FAIL="cuCheckpointProcessCheckpoint:*:999")
         p = self.gs("checkpoint", "gpu", env=env, check=False)
@@ -79,8 +100,7 @@ class GpuFlowWithFakeDriver(GpusnapCase):
         self.wait_count(self.pid, self.count(self.pid) + 10)
         self.assertEqual(self.snapshots(), [])
         self.assertEqual(self.tmp_dirs(), [])
-        with open(self.states) as f:
-            self.assertIn(f"{self.pid} 0", f.read())  # unlocked again: RUNNING
+        self.assertEqual(self.device_state(), 0)  # unlocked again: RUNNING
         self.assert_no_fail_in_logs()
 
     def test_restore_on_another_driver_major_is_refused_before_anything(self):

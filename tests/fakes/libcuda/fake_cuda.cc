@@ -14,6 +14,7 @@
 //   FAKE_CUDA_DELAY_MS=n         sleep n ms in lock, checkpoint, restore and unlock (before the state changes)
 //   FAKE_CUDA_DRIVER_VERSION=n   what cuDriverGetVersion says (default 13000)
 //   FAKE_CUDA_STATE_FILE=path    keep the per-pid states in this file, so they outlive the process
+//   (a process mapping /dev/nvidia-gpusnap-test-* keeps its state in that file instead)
 // A pid never seen is RUNNING. Built with -DFAKE_CUDA_OMIT_LOCK it lacks
 // cuCheckpointProcessLock (for the missing-symbol test).
 #include <fcntl.h>
@@ -102,9 +103,39 @@ void Delay() {
 // Reads, updates and writes the state of `pid` atomically (under g_mu, and
 // under flock when the states live in FAKE_CUDA_STATE_FILE). `fn` gets the
 // current state and returns the CUresult; it may change the state.
+// A process that maps a stand-in device file (/dev/nvidia-gpusnap-test-*)
+// keeps its state in that file, as a real process keeps its CUDA state in
+// itself: it survives a CRIU dump and restore under a new pid.
+std::string StandInDevice(int pid) {
+  std::FILE* maps = std::fopen(("/proc/" + std::to_string(pid) + "/maps").c_str(), "r");
+  if (maps == nullptr) return "";
+  char line[4096];
+  std::string found;
+  while (found.empty() && std::fgets(line, sizeof line, maps)) {
+    const char* at = std::strstr(line, "/dev/nvidia-gpusnap-test");
+    if (at) found.assign(at, std::strcspn(at, "\n"));
+  }
+  std::fclose(maps);
+  return found;
+}
+
 template <typename Fn>
 CUresult WithState(int pid, Fn fn) {
   std::lock_guard<std::mutex> lock(g_mu);
+  if (std::string dev = StandInDevice(pid); !dev.empty()) {
+    // The first bytes of the file: "state <n>\n" (zeros: RUNNING).
+    int fd = ::open(dev.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return CUDA_ERROR_UNKNOWN;
+    ::flock(fd, LOCK_EX);
+    char buf[32] = {};
+    int state = 0;
+    if (::pread(fd, buf, sizeof buf - 1, 0) > 0) std::sscanf(buf, "state %d", &state);
+    CUresult rc = fn(state);
+    std::snprintf(buf, sizeof buf, "state %d\n", state);
+    if (::pwrite(fd, buf, std::strlen(buf), 0) < 0) rc = CUDA_ERROR_UNKNOWN;
+    ::close(fd);
+    return rc;
+  }
   const char* path = std::getenv("FAKE_CUDA_STATE_FILE");
   if (path == nullptr || *path == 0) return fn(g_states[pid]);
   int fd = ::open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
