@@ -1,0 +1,106 @@
+// The gpushare chunk store: device memory saved as content-addressed chunks.
+//
+// An allocation's bytes are cut into kChunkBytes (64 MiB) chunks; the last may
+// be shorter. A chunk of only zero bytes is not stored (its ref says ZERO).
+// Any other chunk is named by the XXH3-128 of its bytes, as 32 lowercase hex
+// digits, and lives at <root>/chunks/<first 2 hex>/<32 hex>. A chunk whose
+// file exists is not written again, so identical chunks (the same weights in
+// two processes or two snapshots) are stored once.
+//
+// Each chunk file is written to a temporary sibling (O_DIRECT where the
+// filesystem allows it, buffered otherwise), fdatasync'd, renamed into place,
+// and its directory fsync'd: a crash leaves a whole chunk or none.
+//
+// The manifest (gpu/<pid>.chunks) lists, per allocation, VA, size, device
+// ordinal and the ordered chunk refs; its byte format is in chunk_manifest.h.
+//
+// Thread-safety: a ChunkStore is immutable after Open; Save and Load may run
+// concurrently from many threads and processes on the same root.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpusnap/status.h"
+
+namespace gpusnap {
+
+inline constexpr uint64_t kChunkBytes = 64ull << 20;
+
+using ChunkDigest = std::array<uint8_t, 16>;  // XXH3-128, high 64 bits first (big-endian)
+
+// One chunk of an allocation: ZERO (all bytes zero, not stored) or a digest.
+struct ChunkRef {
+  bool zero = false;
+  ChunkDigest digest{};  // meaningful only when !zero
+  uint64_t length = 0;   // 1..kChunkBytes
+
+  bool operator==(const ChunkRef&) const = default;
+};
+
+// One device allocation. The chunk lengths sum to `size`.
+struct ChunkedAllocation {
+  uint64_t va = 0;
+  uint64_t size = 0;
+  int32_t device = 0;  // CUDA device ordinal
+  std::vector<ChunkRef> chunks;
+
+  bool operator==(const ChunkedAllocation&) const = default;
+};
+
+// The 32 hex digits of a digest.
+std::string DigestHex(const ChunkDigest& digest);
+
+// XXH3-128 of `size` bytes at `data`.
+ChunkDigest ComputeChunkDigest(const void* data, uint64_t size);
+
+// True if all `size` bytes at `data` are zero.
+bool IsAllZero(const void* data, uint64_t size);
+
+// What a Save did, for logs and tests.
+struct SaveStats {
+  uint64_t chunks_written = 0;  // new chunk files
+  uint64_t chunks_present = 0;  // already stored (deduplicated)
+  uint64_t chunks_zero = 0;     // all-zero, not stored
+  uint64_t bytes_written = 0;
+};
+
+class ChunkStore {
+ public:
+  // Opens the store at `root`, creating <root>/chunks if missing. kIoError
+  // naming the directory if it cannot be created.
+  static Result<ChunkStore> Open(const std::string& root);
+
+  const std::string& root() const { return root_; }
+  // <root>/chunks/<first 2 hex>/<32 hex>
+  std::string ChunkPath(const ChunkDigest& digest) const;
+
+  // Cuts `size` bytes at `data` into chunks and stores the ones that are
+  // neither zero nor present. Returns the allocation (va, size, device and
+  // its chunk refs). REQUIRES: `data` readable for `size` bytes (any
+  // alignment; size 0 gives an empty chunk list). `stats`, if not null, is
+  // incremented. Errors: kIoError (or the errno's code) naming the chunk file.
+  Result<ChunkedAllocation> Save(const void* data, uint64_t size, uint64_t va, int32_t device,
+                                 SaveStats* stats = nullptr) const;
+
+  // Fills `dest` (the caller's host buffer, `dest_size` bytes) with the
+  // allocation's bytes: ZERO chunks with zeros, the others read from their
+  // files and checked against their digest, `threads` chunks at a time (0 or
+  // 1: on the calling thread). REQUIRES: `dest` writable for `dest_size`.
+  // Errors: kInvalidArgument if dest_size != alloc.size or the chunk lengths
+  // do not sum to it; kNotFound naming a missing chunk file; kCorruption
+  // naming a chunk file of the wrong size or digest. On error the content of
+  // `dest` is unspecified.
+  Status Load(const ChunkedAllocation& alloc, void* dest, uint64_t dest_size, unsigned threads = 1) const;
+
+ private:
+  explicit ChunkStore(std::string root) : root_(std::move(root)) {}
+  Status WriteChunk(const ChunkDigest& digest, const void* data, uint64_t size, bool* written) const;
+  Status ReadChunk(const ChunkRef& ref, char* dest) const;
+  std::string root_;
+};
+
+}  // namespace gpusnap
