@@ -16,7 +16,8 @@
 #include <signal.h>
 
 #include <chrono>
-#include <optional>
+#include <future>
+#include <memory>
 #include <thread>
 
 #include "criu/bundle.h"
@@ -56,6 +57,30 @@ Result<pid_t> HostPidOf(pid_t reaper, pid_t ns_pid) {
   return Status::Error(Code::kExternal, "the restored task (pid {} in its namespace) did not appear", ns_pid);
 }
 
+// gpu::Resume on a thread of its own, waited for until `timeout`: a driver
+// restore can block without end, and a restore must still answer. On timeout
+// the thread is left behind (it owns its ptrace stops and shares the driver);
+// the caller tears the namespace down, which ends the processes it waits on.
+Status ResumeWithDeadline(std::shared_ptr<cuda::Driver> driver, std::vector<pid_t> pids, std::vector<pid_t> tids,
+                          cuda::GpuMap map, std::chrono::seconds timeout, std::map<std::string, double>& timings) {
+  struct Outcome {
+    Status status;
+    std::map<std::string, double> timings;
+  };
+  auto promise = std::make_shared<std::promise<Outcome>>();
+  auto future = promise->get_future();
+  std::thread([driver, pids = std::move(pids), tids = std::move(tids), map = std::move(map), promise] {
+    Outcome o;
+    o.status = gpu::Resume(*driver, pids, tids, map, o.timings);
+    promise->set_value(std::move(o));
+  }).detach();
+  if (future.wait_for(timeout) != std::future_status::ready)
+    return Status::Error(Code::kTimeout, "the GPU restore did not finish within {} s", timeout.count());
+  Outcome o = future.get();
+  timings.insert(o.timings.begin(), o.timings.end());
+  return o.status;
+}
+
 }  // namespace
 
 Result<RestoreResult> Restore(const RestoreOptions& options) {
@@ -81,11 +106,12 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
                          existing->pid);
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
   GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, meta.tcp_established));
-  std::optional<cuda::Driver> driver;
+  // Shared: a driver call that never returns keeps it alive past our return.
+  std::shared_ptr<cuda::Driver> driver;
   cuda::GpuMap gpu_map;
   if (meta.gpu) {
     GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
-    driver.emplace(std::move(loaded));
+    driver = std::make_shared<cuda::Driver>(std::move(loaded));
     GPUSNAP_ASSIGN_OR_RETURN(auto here, cuda::ListGpus(*driver));
     GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
     GPUSNAP_ASSIGN_OR_RETURN(gpu_map, gpu::PlanGpuMap(*meta.gpu, here, options.gpu_map, options.gpus));
@@ -134,7 +160,8 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
       gpu_pids.push_back(p);
     }
     std::vector<pid_t> tids(meta.gpu->restore_tids.begin(), meta.gpu->restore_tids.end());
-    Status st = gpu::Resume(*driver, gpu_pids, tids, gpu_map, result.timings_s);
+    Status st = ResumeWithDeadline(driver, gpu_pids, tids, gpu_map, std::chrono::seconds(options.timeout_s),
+                                   result.timings_s);
     if (!st.ok()) {
       // A tree whose GPU state did not come back must not run on half-restored.
       ::kill(reaper.reaper_pid, SIGTERM);

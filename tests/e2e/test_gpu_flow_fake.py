@@ -3,8 +3,9 @@ the production code path with the fake libcuda (tests/fakes/libcuda, loaded
 through the same dlopen) and a stand-in for the driver's /proc directory. The
 workload maps a file named /dev/nvidia-*, as a CUDA process maps the device,
 so gpusnap takes it for a GPU process; CRIU and the processes are real."""
-import json
 import os
+import subprocess
+import time
 import unittest
 import uuid
 
@@ -90,6 +91,18 @@ class GpuFlowWithFakeDriver(GpusnapCase):
         self.assertEqual(steps, ["Restore", "Unlock"])
         self.assertIn("gpu-restore", out["timings_s"])
         self.assert_no_fail_in_logs()
+
+    def test_gpu_restore_that_never_returns_is_cut_off(self):
+        snap = self.gs("checkpoint", "-q", "gpu", env=self.gpu_env).stdout.strip().splitlines()[-1]
+        env = dict(self.gpu_env, FAKE_CUDA_HANG_MS="cuCheckpointProcessRestore:600000")
+        start = time.time()
+        p = self.gs("restore", snap, "--timeout", "3", env=env, check=False, timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("the GPU restore did not finish within 3 s", p.stderr)
+        self.assertLess(time.time() - start, 30)
+        # The half-restored tree does not run on.
+        self.assertEqual([w for w in self.workloads() if w["running"]], [])
+        self.assertEqual(subprocess.run(["pgrep", "-f", self.device], capture_output=True).stdout, b"")
 
     def test_failed_gpu_checkpoint_leaves_the_source_running(self):
         env = dict(self.gpu_env, FAKE_CUDA_FAIL="cuCheckpointProcessCheckpoint:*:999")

@@ -13,6 +13,7 @@
 //   FAKE_CUDA_FAIL=fn:pid:code[,...]  make `fn` return `code` for `pid` ('*': any pid) without changing state
 //   FAKE_CUDA_DELAY_MS=n         sleep n ms in lock, checkpoint, restore and unlock (before the state changes)
 //   FAKE_CUDA_DRIVER_VERSION=n   what cuDriverGetVersion says (default 13000)
+//   FAKE_CUDA_HANG_MS=fn:ms      make one function take ms milliseconds
 //   FAKE_CUDA_STATE_FILE=path    keep the per-pid states in this file, so they outlive the process
 //   (a process mapping /dev/nvidia-gpusnap-test-* keeps its state in that file instead)
 // A pid never seen is RUNNING. Built with -DFAKE_CUDA_OMIT_LOCK it lacks
@@ -95,8 +96,15 @@ void Log(long long start, const char* fn, int pid, CUresult rc, const std::strin
   ::close(fd);
 }
 
-void Delay() {
+// FAKE_CUDA_DELAY_MS for every transition; FAKE_CUDA_HANG_MS="fn:ms" for one
+// function only (a driver call that takes far too long).
+void Delay(const char* fn) {
   int ms = EnvInt("FAKE_CUDA_DELAY_MS", 0);
+  if (const char* hang = std::getenv("FAKE_CUDA_HANG_MS")) {
+    const char* colon = std::strchr(hang, ':');
+    if (colon && std::strncmp(hang, fn, static_cast<size_t>(colon - hang)) == 0 && std::strlen(fn) == static_cast<size_t>(colon - hang))
+      ms = std::atoi(colon + 1);
+  }
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
@@ -162,7 +170,7 @@ CUresult Transition(const char* fn, int pid, int from, int to, const std::string
   long long start = NowNs();
   CUresult rc = !Initialized() ? CUDA_ERROR_NOT_INITIALIZED : invalid;
   if (rc == CUDA_SUCCESS) {
-    Delay();
+    Delay(fn);
     rc = InjectedFailure(fn, pid);
   }
   if (rc == CUDA_SUCCESS) rc = WithState(pid, [&](int& state) {
