@@ -19,7 +19,8 @@ cleanup() {
   for r in $("$G" --json ps | python3 -c 'import json,sys; print(" ".join(str(w["reaper_pid"]) for w in json.load(sys.stdin) if w["running"]))'); do
     kill "$r" 2>/dev/null || true
   done
-  rm -rf "$demo" "/dev/shm/gpusnap-counter${demo//\//_}"
+  data="$demo/data"
+  rm -rf "$demo" "/dev/shm/gpusnap-counter${data//\//_}"
 }
 trap cleanup EXIT
 
