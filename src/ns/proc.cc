@@ -102,30 +102,19 @@ uint64_t NamespaceId(pid_t pid, const char* kind) {
   return st.st_ino;
 }
 
-}  // namespace gpusnap::proc
-
-namespace gpusnap::proc {
 bool UsesNvidiaGpu(pid_t pid) {
   auto maps = ReadFile("/proc/" + std::to_string(pid) + "/maps");
   return maps.ok() && maps->find(" /dev/nvidia") != std::string::npos;
 }
-}  // namespace gpusnap::proc
 
-namespace gpusnap::proc {
 Result<pid_t> HostTid(pid_t pid, pid_t tid) {
   std::string task = "/proc/" + std::to_string(pid) + "/task/";
   if (::access((task + std::to_string(tid)).c_str(), F_OK) == 0) return tid;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(task, ec)) {
     pid_t host = std::atoi(e.path().filename().c_str());
-    auto text = ReadFile(e.path().string() + "/status");
-    if (!text.ok()) continue;
-    auto pos = text->find("\nNSpid:");
-    if (pos == std::string::npos) continue;
-    std::istringstream in(text->substr(pos + 7, text->find('\n', pos + 1) - pos - 7));
-    pid_t last = 0, v;
-    while (in >> v) last = v;
-    if (last == tid) return host;
+    auto nspids = NsPids(host);  // /proc/<tid> serves a thread as /proc/<pid> serves a process
+    if (nspids.ok() && !nspids->empty() && nspids->back() == tid) return host;
   }
   return Status::Error(Code::kNotFound, "pid {} has no thread {}", pid, tid);
 }

@@ -38,17 +38,13 @@ std::vector<std::string> Cmdline(pid_t pid);
 // The namespace identity (inode of /proc/<pid>/ns/<kind>), 0 if unreadable.
 uint64_t NamespaceId(pid_t pid, const char* kind);
 
-}  // namespace gpusnap::proc
-
-namespace gpusnap::proc {
 // True if the process maps an NVIDIA device file (/dev/nvidia*): it holds a
 // CUDA context.
 bool UsesNvidiaGpu(pid_t pid);
-}  // namespace gpusnap::proc
 
-namespace gpusnap::proc {
 // The host tid of a thread of `pid` known by `tid`, which may be its host tid
 // or its tid inside the process's pid namespace (what a program there sees,
 // and what the CUDA driver reports). kNotFound if no thread matches.
 Result<pid_t> HostTid(pid_t pid, pid_t tid);
+
 }  // namespace gpusnap::proc

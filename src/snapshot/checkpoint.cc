@@ -29,6 +29,7 @@
 #include "gpusnap/operations.h"
 #include "snapshot/container_files.h"
 #include "snapshot/format.h"
+#include "snapshot/phases.h"
 #include "snapshot/target.h"
 #include "store/store.h"
 #include "util/fd.h"
@@ -38,31 +39,6 @@
 namespace gpusnap {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-class Phases {
- public:
-  explicit Phases(const ProgressFn& progress) : progress_(progress) {}
-  void Start(const std::string& phase) {
-    phase_ = phase;
-    start_ = Clock::now();
-  }
-  void Done(uint64_t bytes = 0) {
-    double s = SecondsSince(start_);
-    timings_[phase_] = s;
-    if (progress_) progress_({phase_, s, bytes, true});
-  }
-  std::map<std::string, double>& timings() { return timings_; }
-
- private:
-  const ProgressFn& progress_;
-  std::string phase_;
-  Clock::time_point start_;
-  std::map<std::string, double> timings_;
-};
 
 SnapshotMeta DescribeSource(const Target& t, const std::string& id, const std::string& criu_version, bool tcp) {
   SnapshotMeta m;
@@ -94,7 +70,6 @@ std::string DefaultStore() {
 
 Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   Phases phases(options.progress);
-  auto total_start = Clock::now();
 
   // 1. The tree and CRIU.
   phases.Start("resolve");
@@ -206,8 +181,8 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
     return Status::Error(resp.status().code(), "checkpoint of `{}` failed: {}", options.target, msg);
   }
   if (!published) return Status::Error(Code::kInternal, "CRIU finished the dump without a post-dump notification");
+  phases.Total();
   meta.timings_s = phases.timings();
-  meta.timings_s["total"] = SecondsSince(total_start);
   return meta;
 }
 

@@ -28,6 +28,7 @@
 #include "ns/reaper.h"
 #include "snapshot/gpu.h"
 #include "snapshot/format.h"
+#include "snapshot/phases.h"
 #include "store/store.h"
 #include "util/fd.h"
 #include "util/files.h"
@@ -35,8 +36,6 @@
 namespace gpusnap {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Where CRIU's own helper processes start numbering inside the new namespace,
 // far above the pids it must restore.
@@ -85,15 +84,10 @@ Status ResumeWithDeadline(std::shared_ptr<cuda::Driver> driver, std::vector<pid_
 
 Result<RestoreResult> Restore(const RestoreOptions& options) {
   RestoreResult result;
-  auto total_start = Clock::now();
-  auto timed = [&](const char* phase, Clock::time_point start, uint64_t bytes = 0) {
-    double s = std::chrono::duration<double>(Clock::now() - start).count();
-    result.timings_s[phase] = s;
-    if (options.progress) options.progress({phase, s, bytes, true});
-  };
+  Phases phases(options.progress);
 
   // 1. Verify.
-  auto t = Clock::now();
+  phases.Start("verify");
   GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(options.store.empty() ? DefaultStore() : options.store, false));
   GPUSNAP_ASSIGN_OR_RETURN(auto meta, store.Load(options.id));
   GPUSNAP_RETURN_IF_ERROR(store.Verify(meta).Wrap("refusing to restore"));
@@ -120,15 +114,15 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
     return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no GPU state; --gpu-map and --gpus do not apply",
                          meta.id);
   }
-  timed("verify", t, meta.total_bytes);
+  phases.Done(meta.total_bytes);
 
   // 2. The namespace.
-  t = Clock::now();
+  phases.Start("namespace");
   GPUSNAP_ASSIGN_OR_RETURN(auto reaper, ns::SpawnReaper({.workload_argv = {}, .log_path = "", .ns_last_pid = HighNsLastPid()}));
-  timed("namespace", t);
+  phases.Done();
 
   // 3. CRIU.
-  t = Clock::now();
+  phases.Start("criu-restore");
   std::string images = store.SnapshotDir(meta.id) + "/" + format::kCheckpointDir;
   std::string logs = RunDir() + "/logs";
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(logs));
@@ -150,7 +144,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   result.log = op.log_path;
   auto resp = criu::Run(op);
   if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
-  timed("criu-restore", t);
+  phases.Done();
 
   // 4. GPU.
   if (driver) {
@@ -161,14 +155,14 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
     }
     std::vector<pid_t> tids(meta.gpu->restore_tids.begin(), meta.gpu->restore_tids.end());
     Status st = ResumeWithDeadline(driver, gpu_pids, tids, gpu_map, std::chrono::seconds(options.timeout_s),
-                                   result.timings_s);
+                                   phases.timings());
     if (!st.ok()) {
       // A tree whose GPU state did not come back must not run on half-restored.
       ::kill(reaper.reaper_pid, SIGTERM);
       return st.Wrap(fmt::format("restore of `{}` failed", meta.id));
     }
     if (options.progress)
-      options.progress({"gpu-restore", result.timings_s["gpu-restore"] + result.timings_s["gpu-unlock"], 0, true});
+      options.progress({"gpu-restore", phases.timings()["gpu-restore"] + phases.timings()["gpu-unlock"], 0, true});
   }
 
   // 4. Record it.
@@ -186,7 +180,8 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   w.start_time = st.start_time;
   w.running = true;
   GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w));
-  result.timings_s["total"] = std::chrono::duration<double>(Clock::now() - total_start).count();
+  phases.Total();
+  result.timings_s = phases.timings();
   return result;
 }
 

@@ -80,6 +80,7 @@ goes_on() {
 passed() { [ "$failures" = "$1" ] && echo "PASS: $current"; }
 gpu_mem_of() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', ' -v p="$1" '$1 == p { print $2 }'; }
 gs() { echo "+ gpusnap $*" >&2; "$GPUSNAP" "$@"; }
+uuid_of_gpu() { nvidia-smi --query-gpu=index,uuid --format=csv,noheader | awk -F', ' -v i="$1" '$1 == i { print $2 }'; }
 
 test_counter_suspend_resume() {
   current="gpu_counter ${GIB} GiB: suspend, resume"
@@ -128,7 +129,7 @@ test_gpu_map() {
   fi
   start moved "$BIN/gpu_counter" --gib 1 --interval-ms 100 --device 0
   local p=$pid uuid1
-  uuid1=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader | awk -F', ' '$1 == 1 { print $2 }')
+  uuid1=$(uuid_of_gpu 1)
   running moved 3 || return
   gs cuda suspend "$p" || { fail "suspend failed"; return; }
   local before
@@ -239,7 +240,7 @@ test_restore_on_other_gpu() {
     return
   fi
   local uuid1
-  uuid1=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader | awk -F', ' '$1 == 1 { print $2 }')
+  uuid1=$(uuid_of_gpu 1)
   run_ns moved_cr "$BIN/gpu_counter" --gib 2 --interval-ms 100 --device 0 || { fail "run failed"; return; }
   running moved_cr 3 || return
   cr moved_cr --gpus 1 || return
