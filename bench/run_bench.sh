@@ -6,7 +6,8 @@
 #                                      restore after dropping the caches; a Markdown table
 #   bench/run_bench.sh --model 1b      the same, quicker
 #   bench/run_bench.sh --demo          1b: one cold start, checkpoint, restore; short output
-#   bench/run_bench.sh --cycles 5      cold start, then 5 checkpoint/restore cycles in a row
+#   bench/run_bench.sh --cycles 5      cold start, then 5 checkpoint/restore cycles in a row,
+#                                      then the last snapshot restored after dropping the caches
 #
 # Every answer after a restore must carry the cold start's tokens (and the
 # restored process's own state: same start time, request count one on);
@@ -26,7 +27,7 @@ usage() {
 usage: $0 [options]
   --model tiny|1b|8b     model shape (default 8b; 1b with --demo)
   --demo                 1b, one cold start, one checkpoint, one restore, short output
-  --cycles N             after the cold start, N checkpoint/restore cycles in a row (no dropped-cache restore)
+  --cycles N             after the cold start, N checkpoint/restore cycles in a row (default 1)
   --no-drop-caches       skip the restore after dropping the page cache
   --gpusnap PATH         gpusnap binary (default \${GPUSNAP_BUILD_DIR:-$REPO_DIR/build}/gpusnap);
                          its CRIU bundle: next to it, or \$GPUSNAP_CRIU
@@ -90,7 +91,7 @@ for v in pinned_mb max_new_tokens cold_timeout restore_timeout; do is_uint "${!v
 [ -z "$port" ] || is_uint "$port" || die_usage "--port must be a number"
 [ -z "$gpu" ] || [[ $gpu =~ ^[0-9,]+$ ]] || die_usage "--gpu must be a GPU index"
 if [ "$demo" = 1 ]; then drop_caches=0; cycles=${cycles:-1}; fi
-if [ -n "$cycles" ]; then drop_caches=0; else cycles=1; fi
+cycles=${cycles:-1}
 [ "$backend" = fake ] && pinned_mb=0
 
 gpusnap=${gpusnap:-${GPUSNAP_BUILD_DIR:-$REPO_DIR/build}/gpusnap}

@@ -314,10 +314,13 @@ class UnderGpusnap(unittest.TestCase):
             self.assertEqual(len(res["cycles"]), 2)
             self.assertEqual(res["cycles"][1]["restore"]["answer"]["served"], 4)
             self.assertIn("| restore #2, page cache → first token |", r.stdout)
-            r = subprocess.run(base, capture_output=True, text=True, timeout=600, env=env)
+            # After the cycles, the last snapshot once more with the caches dropped.
+            self.assertEqual(res["restore_dropped_caches"]["answer"]["served"], 4)
+            r = subprocess.run(base + ["--no-drop-caches"], capture_output=True, text=True, timeout=600, env=env)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             res = benchlib.load(out)
-            self.assertIn("restore_dropped_caches", res)
+            self.assertEqual(len(res["cycles"]), 1)
+            self.assertNotIn("restore_dropped_caches", res)
             # Nothing left behind: no workload running, no snapshot.
             genv = dict(env, GPUSNAP_STORE=os.path.join(tmp, "work", "store"),
                         GPUSNAP_RUN_DIR=os.path.join(tmp, "work", "run"))

@@ -8,6 +8,8 @@
 #                     build/gpu-tests; built here with nvcc when missing)
 #      GPU_TEST_GIB   device memory gpu_counter holds (default 4)
 #      GPU_TESTS_OUT  where the workloads' output goes (default a temp dir)
+#      GPU_TESTS      the tests to run (default all), e.g. test_llm_server_cycles
+#      GPU_TEST_MODEL, GPU_TEST_CYCLES  the server test's model (8b) and cycles (5)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -249,11 +251,38 @@ test_restore_on_other_gpu() {
   passed "$1"
 }
 
+# (b) and (e): the Llama-architecture server of bench/ (8B-class by default),
+# checkpointed and restored GPU_TEST_CYCLES times in a row, then once more
+# after dropping the page cache. The benchmark fails on any answer that differs
+# from the cold start's (a fresh run); its JSON is checked here again.
+test_llm_server_cycles() {
+  local model=${GPU_TEST_MODEL:-8b} n=${GPU_TEST_CYCLES:-5} json
+  current="(b)+(e) the $model Llama server: $n checkpoint/restore cycles, tokens equal to a fresh run's"
+  json=$OUT/bench-$model.json
+  PYTHON=${PYTHON:-python3} bash "$root/bench/run_bench.sh" --model "$model" --cycles "$n" \
+    --gpusnap "$GPUSNAP" --out "$json" >"$OUT/bench-$model.out" 2>&1
+  local rc=$?
+  sed -n '/^| phase/,$p' "$OUT/bench-$model.out"
+  [ "$rc" = 0 ] || { fail "run_bench.sh exited $rc: $(grep -m3 -e FAILED -e differ "$OUT/bench-$model.out")"; return; }
+  python3 - "$json" "$n" <<'PY' || fail "the benchmark's results do not show $n identical restores"
+import json, sys
+res = json.load(open(sys.argv[1]))
+want = res["cold_start"]["answer"]["tokens"]
+restores = [c["restore"] for c in res["cycles"]] + [res["restore_dropped_caches"]]
+assert len(res["cycles"]) == int(sys.argv[2]), f"{len(res['cycles'])} cycles"
+assert want and len(want) > 0
+for r in restores:
+    assert r["answer"]["tokens"] == want, r["answer"]["tokens"]
+print(f"{len(restores)} restores, each answered the cold start's {len(want)} tokens")
+PY
+  passed "$1"
+}
+
 echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
-  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu"
+  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_llm_server_cycles"
 for t in ${GPU_TESTS:-$tests}; do
   $t "$failures"
 done
