@@ -106,6 +106,122 @@ using PFN_cuCheckpointProcessRestore = CUresult (*)(int pid, CUcheckpointRestore
 using PFN_cuCheckpointProcessUnlock = CUresult (*)(int pid, CUcheckpointUnlockArgs* args);
 }
 
+// --- Device memory, streams and launches: what the gpushare shim hooks or
+// calls, and what the fake driver implements for the CI tests.
+
+using CUdeviceptr = unsigned long long;                   // CUdeviceptr_v2
+using CUmemGenericAllocationHandle = unsigned long long;  // _v1
+struct CUctx_st;
+struct CUstream_st;
+struct CUfunc_st;
+struct CUgraphExec_st;
+using CUcontext = CUctx_st*;
+using CUstream = CUstream_st*;
+using CUfunction = CUfunc_st*;
+using CUgraphExec = CUgraphExec_st*;
+
+inline constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
+
+enum CUmemAllocationType : int {
+  CU_MEM_ALLOCATION_TYPE_INVALID = 0,
+  CU_MEM_ALLOCATION_TYPE_PINNED = 1,
+};
+
+enum CUmemAllocationHandleType : int {
+  CU_MEM_HANDLE_TYPE_NONE = 0,
+  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1,
+};
+
+enum CUmemLocationType : int {
+  CU_MEM_LOCATION_TYPE_INVALID = 0,
+  CU_MEM_LOCATION_TYPE_DEVICE = 1,
+};
+
+enum CUmemAccess_flags : int {
+  CU_MEM_ACCESS_FLAGS_PROT_NONE = 0,
+  CU_MEM_ACCESS_FLAGS_PROT_READ = 1,
+  CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+};
+
+enum CUmemAllocationGranularity_flags : int {
+  CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+  CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1,
+};
+
+struct CUmemLocation {
+  CUmemLocationType type;
+  int id;
+};
+
+struct CUmemAllocationProp {
+  CUmemAllocationType type;
+  CUmemAllocationHandleType requestedHandleTypes;
+  CUmemLocation location;
+  void* win32HandleMetaData;
+  struct {
+    unsigned char compressionType;
+    unsigned char gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+  } allocFlags;
+};
+
+struct CUmemAccessDesc {
+  CUmemLocation location;
+  CUmemAccess_flags flags;
+};
+
+static_assert(sizeof(CUmemLocation) == 8);
+static_assert(sizeof(CUmemAllocationProp) == 32);
+static_assert(offsetof(CUmemAllocationProp, win32HandleMetaData) == 16);
+static_assert(sizeof(CUmemAccessDesc) == 12);
+
+// cuGetProcAddress flags and its status out-parameter (CUDA 12.0+ _v2).
+inline constexpr cuuint64_t CU_GET_PROC_ADDRESS_DEFAULT = 0;
+enum CUdriverProcAddressQueryResult : int {
+  CU_GET_PROC_ADDRESS_SUCCESS = 0,
+  CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1,
+  CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2,
+};
+
+extern "C" {
+using PFN_cuGetProcAddress_v2 = CUresult (*)(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
+                                             CUdriverProcAddressQueryResult* status);
+using PFN_cuGetProcAddress_v1 = CUresult (*)(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags);
+using PFN_cuCtxGetCurrent = CUresult (*)(CUcontext* ctx);
+using PFN_cuCtxSetCurrent = CUresult (*)(CUcontext ctx);
+using PFN_cuCtxGetDevice = CUresult (*)(CUdevice* device);
+using PFN_cuCtxSynchronize = CUresult (*)();
+using PFN_cuDevicePrimaryCtxRetain = CUresult (*)(CUcontext* ctx, CUdevice device);
+using PFN_cuMemAlloc = CUresult (*)(CUdeviceptr* dptr, std::size_t bytes);  // _v2
+using PFN_cuMemFree = CUresult (*)(CUdeviceptr dptr);                        // _v2
+using PFN_cuMemAddressReserve = CUresult (*)(CUdeviceptr* ptr, std::size_t size, std::size_t alignment,
+                                             CUdeviceptr addr, unsigned long long flags);
+using PFN_cuMemAddressFree = CUresult (*)(CUdeviceptr ptr, std::size_t size);
+using PFN_cuMemCreate = CUresult (*)(CUmemGenericAllocationHandle* handle, std::size_t size,
+                                     const CUmemAllocationProp* prop, unsigned long long flags);
+using PFN_cuMemRelease = CUresult (*)(CUmemGenericAllocationHandle handle);
+using PFN_cuMemMap = CUresult (*)(CUdeviceptr ptr, std::size_t size, std::size_t offset,
+                                  CUmemGenericAllocationHandle handle, unsigned long long flags);
+using PFN_cuMemUnmap = CUresult (*)(CUdeviceptr ptr, std::size_t size);
+using PFN_cuMemSetAccess = CUresult (*)(CUdeviceptr ptr, std::size_t size, const CUmemAccessDesc* desc,
+                                        std::size_t count);
+using PFN_cuMemGetAllocationGranularity = CUresult (*)(std::size_t* granularity, const CUmemAllocationProp* prop,
+                                                       CUmemAllocationGranularity_flags option);
+using PFN_cuMemcpyDtoHAsync = CUresult (*)(void* dst, CUdeviceptr src, std::size_t bytes, CUstream stream);  // _v2
+using PFN_cuMemcpyHtoDAsync = CUresult (*)(CUdeviceptr dst, const void* src, std::size_t bytes,
+                                           CUstream stream);  // _v2
+using PFN_cuMemsetD8Async = CUresult (*)(CUdeviceptr dst, unsigned char value, std::size_t count, CUstream stream);
+using PFN_cuStreamCreate = CUresult (*)(CUstream* stream, unsigned int flags);
+using PFN_cuStreamDestroy = CUresult (*)(CUstream stream);  // _v2
+using PFN_cuStreamSynchronize = CUresult (*)(CUstream stream);
+using PFN_cuMemHostAlloc = CUresult (*)(void** ptr, std::size_t bytes, unsigned int flags);
+using PFN_cuMemFreeHost = CUresult (*)(void* ptr);
+}
+
+inline constexpr unsigned int CU_STREAM_NON_BLOCKING = 1;
+inline constexpr unsigned int CU_MEMHOSTALLOC_PORTABLE = 1;
+
 // cuDriverGetVersion values (1000 * major + 10 * minor).
 inline constexpr int kCheckpointApiVersion = 12080;  // CUDA 12.8, driver r570
 inline constexpr int kGpuRemapVersion = 13000;       // CUDA 13.0, driver r580

@@ -74,3 +74,25 @@ SAME_SIGNATURE(cuCheckpointProcessUnlock);
 // cuda.h maps these names to the _v2 entry points, which gpusnap resolves by name.
 static_assert(kSameArity<abi::PFN_cuDeviceGetUuid, decltype(&::cuDeviceGetUuid_v2)>);
 static_assert(kSameArity<abi::PFN_cuDeviceTotalMem, decltype(&::cuDeviceTotalMem_v2)>);
+
+SAME_SIZE(CUdeviceptr, CUdeviceptr);
+SAME_SIZE(CUmemGenericAllocationHandle, CUmemGenericAllocationHandle);
+SAME_SIZE(CUmemLocation, CUmemLocation);
+SAME_OFFSET(CUmemLocation, CUmemLocation, id);
+SAME_SIZE(CUmemAllocationProp, CUmemAllocationProp);
+SAME_OFFSET(CUmemAllocationProp, CUmemAllocationProp, requestedHandleTypes);
+SAME_OFFSET(CUmemAllocationProp, CUmemAllocationProp, location);
+SAME_OFFSET(CUmemAllocationProp, CUmemAllocationProp, win32HandleMetaData);
+SAME_OFFSET(CUmemAllocationProp, CUmemAllocationProp, allocFlags);
+SAME_SIZE(CUmemAccessDesc, CUmemAccessDesc);
+SAME_OFFSET(CUmemAccessDesc, CUmemAccessDesc, flags);
+SAME_VALUE(CU_MEM_ALLOCATION_TYPE_PINNED);
+SAME_VALUE(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+SAME_VALUE(CU_MEM_LOCATION_TYPE_DEVICE);
+SAME_VALUE(CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+SAME_VALUE(CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+SAME_VALUE(CU_GET_PROC_ADDRESS_SUCCESS);
+SAME_VALUE(CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+SAME_VALUE(CUDA_ERROR_OUT_OF_MEMORY);
+static_assert(abi::CU_STREAM_NON_BLOCKING == ::CU_STREAM_NON_BLOCKING);
+static_assert(abi::CU_MEMHOSTALLOC_PORTABLE == CU_MEMHOSTALLOC_PORTABLE);
