@@ -1352,6 +1352,7 @@ FAKE_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* ptr, 
 
 FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
                                          CUdriverProcAddressQueryResult* status);
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags);
 
 namespace {
 
@@ -1370,7 +1371,7 @@ const std::map<std::string, void*>& EntryPoints() {
       FAKE_ENTRY(cuCheckpointProcessLock),
 #endif
       FAKE_ENTRY(cuCheckpointProcessCheckpoint), FAKE_ENTRY(cuCheckpointProcessRestore),
-      FAKE_ENTRY(cuCheckpointProcessUnlock), FAKE_ENTRY(cuGetProcAddress_v2),
+      FAKE_ENTRY(cuCheckpointProcessUnlock), FAKE_ENTRY(cuGetProcAddress), FAKE_ENTRY(cuGetProcAddress_v2),
       FAKE_ENTRY(cuDevicePrimaryCtxRetain), FAKE_ENTRY(cuDevicePrimaryCtxRelease_v2),
       FAKE_ENTRY(cuDevicePrimaryCtxGetState), FAKE_ENTRY(cuCtxSetCurrent), FAKE_ENTRY(cuCtxGetCurrent),
       FAKE_ENTRY(cuCtxPushCurrent_v2), FAKE_ENTRY(cuCtxPopCurrent_v2), FAKE_ENTRY(cuCtxGetDevice),
