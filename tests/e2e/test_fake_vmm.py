@@ -1,7 +1,7 @@
 """The fake libcuda's device memory (tests/fakes/libcuda): vmm_worker driving it
 the way cudart does (everything through cuGetProcAddress_v2), and direct calls
 through ctypes for the answers a shim relies on. Runs on machines without a
-GPU; needs no root."""
+GPU; only the checkpoint and restore under the real CRIU needs root."""
 import ctypes
 import os
 import re
@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 import time
 import unittest
+
+from harness import GpusnapCase
 
 FAKE_DIR = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(os.path.dirname(__file__), "../../build/fakes"))
 WORKLOADS = os.environ.get("GPUSNAP_WORKLOADS", os.path.join(os.path.dirname(__file__), "../../build/workloads"))
@@ -132,6 +134,51 @@ class VmmWorker(unittest.TestCase):
         lines = self.read_until(p, r"^MISMATCH ")
         self.assertRegex(lines[-1], rf"buffer 2 \({3 * MIB} bytes\) offset {2 * MIB + 12} ")
         self.assertEqual(p.wait(timeout=30), 1)
+
+
+class WorkerUnderCriu(GpusnapCase):
+    """The fake's device memory is ordinary memory to CRIU: plain anonymous
+    mappings (cuMemAlloc_v2) and shared memfd mappings (cuMemCreate + cuMemMap)
+    come back at the same addresses with the same contents."""
+
+    def setUp(self):
+        super().setUp()
+        if not os.path.exists(fake_library()) or not os.path.exists(WORKER):
+            self.skipTest("needs the fake libcuda and vmm_worker (build targets fake_cuda, wl_vmm_worker)")
+        self.output = os.path.join(self.run_dir, "logs", "vmm.log")
+
+    def steps(self):
+        with open(self.output) as f:
+            text = f.read()
+        self.assertNotRegex(text, r"MISMATCH|CUDA error", text[-2000:])
+        return [int(m[1]) for m in re.finditer(r"^step (\d+) counter \1 sum \d+$", text, re.M)]
+
+    def wait_steps(self, at_least, timeout=30):
+        end = time.time() + timeout
+        while time.time() < end:
+            if os.path.exists(self.output) and len(self.steps()) >= at_least:
+                return
+            time.sleep(0.05)
+        self.fail(f"vmm_worker did not reach step {at_least}:\n{self.logs()}")
+
+    def checkpoint_and_restore(self, alloc):
+        env = dict(self.env, LD_LIBRARY_PATH=FAKE_DIR)
+        # Small buffers, each checked whole at every step.
+        self.gs("run", "--name", "vmm", "--", WORKER, "--alloc", alloc, "--mib", "5,3,1", "--zero-mib", "4",
+                "--interval-ms", "20", "--full-every", "1", env=env)
+        self.wait_steps(3)
+        snapshot = self.checkpoint("vmm")
+        before = len(self.steps())
+        self.restore(snapshot)
+        self.wait_steps(before + 5)
+        steps = self.steps()
+        self.assertEqual(steps, list(range(1, len(steps) + 1)), "steps lost or repeated across the restore")
+
+    def test_plain_allocations_survive_checkpoint_and_restore(self):
+        self.checkpoint_and_restore("plain")
+
+    def test_vmm_mappings_survive_checkpoint_and_restore(self):
+        self.checkpoint_and_restore("vmm")
 
 
 class FakeDriverDirect(unittest.TestCase):

@@ -18,8 +18,11 @@
  * checkpoint and restore); the other steps check the first and last 64 KiB
  * and a 1 MiB window that walks through each buffer.
  *
- * usage: vmm_worker [--device N] [--mib A,B,...] [--zero-mib Z]
+ * usage: vmm_worker [--device N] [--mib A,B,...] [--zero-mib Z] [--alloc plain|vmm]
  *                   [--interval-ms I] [--steps N] [--full-every K] [--vmm-probe]
+ * --alloc vmm: map every buffer of 2 MiB or more itself (cuMemAddressReserve,
+ * cuMemCreate, cuMemMap, cuMemSetAccess), as the gpushare shim does in place
+ * of cuMemAlloc_v2, so a checkpoint sees that kind of memory without the shim.
  * --vmm-probe: instead, drive the VMM calls (reserve, create, map, access,
  * export/import, unmap, re-reserve at the same address) and print "vmm-probe ok".
  */
@@ -132,6 +135,7 @@ static void fetch(const char *name, void **slot) {
 #define FETCH(field) fetch("cu" #field, (void **)&cu.field)
 
 static void load_driver(int vmm) {
+  /* vmm: also the VMM calls, for --vmm-probe and --alloc vmm. */
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
     printf("CUDA error dlopen %s\n", dlerror());
@@ -187,7 +191,9 @@ static void fill_pattern(uint32_t *words, unsigned buffer, size_t first_word, si
 struct buffer {
   CUdeviceptr ptr;
   size_t bytes;
-  int zero; /* must stay all zero */
+  int zero;      /* must stay all zero */
+  size_t mapped; /* --alloc vmm: the length of its reservation and mapping; 0: cuMemAlloc_v2 */
+  CUmemGenericAllocationHandle handle;
 };
 
 static struct buffer buffers[MAX_BUFFERS];
@@ -252,10 +258,46 @@ static void sleep_ms(long ms) {
   }
 }
 
+static CUmemAllocationProp device_prop(int device) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof prop);
+  prop.type = 1;
+  prop.requestedHandleTypes = 1;
+  prop.location.type = 1;
+  prop.location.id = device;
+  return prop;
+}
+
+static void allocate(struct buffer *b, int vmm, int device) {
+  if (!vmm || b->bytes < 2 * MIB) {
+    CU(cu.MemAlloc(&b->ptr, b->bytes), "cuMemAlloc_v2");
+    return;
+  }
+  CUmemAllocationProp prop = device_prop(device);
+  CUmemAccessDesc access = {{1, device}, 3};
+  size_t gran = 0;
+  CU(cu.MemGetAllocationGranularity(&gran, &prop, 0), "cuMemGetAllocationGranularity");
+  b->mapped = (b->bytes + gran - 1) / gran * gran;
+  CU(cu.MemAddressReserve(&b->ptr, b->mapped, 0, 0, 0), "cuMemAddressReserve");
+  CU(cu.MemCreate(&b->handle, b->mapped, &prop, 0), "cuMemCreate");
+  CU(cu.MemMap(b->ptr, b->mapped, 0, b->handle, 0), "cuMemMap");
+  CU(cu.MemSetAccess(b->ptr, b->mapped, &access, 1), "cuMemSetAccess");
+}
+
+static void release(struct buffer *b) {
+  if (b->mapped == 0) {
+    CU(cu.MemFree(b->ptr), "cuMemFree_v2");
+    return;
+  }
+  CU(cu.MemUnmap(b->ptr, b->mapped), "cuMemUnmap");
+  CU(cu.MemRelease(b->handle), "cuMemRelease");
+  CU(cu.MemAddressFree(b->ptr, b->mapped), "cuMemAddressFree");
+}
+
 static void usage(void) {
   fprintf(stderr,
-          "usage: vmm_worker [--device N] [--mib A,B,...] [--zero-mib Z] [--interval-ms I] [--steps N]\n"
-          "                  [--full-every K] [--vmm-probe]\n");
+          "usage: vmm_worker [--device N] [--mib A,B,...] [--zero-mib Z] [--alloc plain|vmm] [--interval-ms I]\n"
+          "                  [--steps N] [--full-every K] [--vmm-probe]\n");
   exit(2);
 }
 
@@ -270,12 +312,7 @@ static void expect(int ok, const char *what) {
  * driver's answers checked at each step. */
 static int vmm_probe(int device) {
   const size_t gran_expected = 2 * MIB;
-  CUmemAllocationProp prop;
-  memset(&prop, 0, sizeof prop);
-  prop.type = 1;
-  prop.requestedHandleTypes = 1;
-  prop.location.type = 1;
-  prop.location.id = device;
+  CUmemAllocationProp prop = device_prop(device);
   CUmemAccessDesc access = {{1, device}, 3};
   size_t gran = 0;
   CU(cu.MemGetAllocationGranularity(&gran, &prop, 0), "cuMemGetAllocationGranularity");
@@ -342,7 +379,7 @@ static int vmm_probe(int device) {
 }
 
 int main(int argc, char **argv) {
-  int device = 0, probe = 0;
+  int device = 0, probe = 0, vmm = 0;
   long interval_ms = 50, steps = -1, full_every = 100;
   const char *mib_list = "70,130,3,1";
   long zero_mib = 64;
@@ -359,6 +396,8 @@ int main(int argc, char **argv) {
     else if (strcmp(arg, "--interval-ms") == 0) interval_ms = atol(val);
     else if (strcmp(arg, "--steps") == 0) steps = atol(val);
     else if (strcmp(arg, "--full-every") == 0) full_every = atol(val);
+    else if (strcmp(arg, "--alloc") == 0 && (strcmp(val, "vmm") == 0 || strcmp(val, "plain") == 0))
+      vmm = strcmp(val, "vmm") == 0;
     else usage();
     i++;
   }
@@ -370,7 +409,7 @@ int main(int argc, char **argv) {
 
   scratch = malloc(CHUNK > 8 * MIB ? CHUNK : 8 * MIB);
   if (scratch == NULL) return 1;
-  load_driver(probe);
+  load_driver(probe || vmm);
   CU(cu.Init(0), "cuInit");
   CUcontext ctx = NULL;
   CU(cu.DevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
@@ -390,9 +429,9 @@ int main(int argc, char **argv) {
     buffers[buffer_count++].zero = 1;
   }
   for (unsigned b = 0; b < buffer_count; b++) {
-    CU(cu.MemAlloc(&buffers[b].ptr, buffers[b].bytes), "cuMemAlloc_v2");
+    allocate(&buffers[b], vmm, device);
     if (buffers[b].zero) {
-      /* cuMemAlloc does not promise zeros. */
+      /* Neither cuMemAlloc nor cuMemCreate promises zeros. */
       CU(cu.MemsetD8(buffers[b].ptr, 0, buffers[b].bytes), "cuMemsetD8_v2");
       continue;
     }
@@ -432,7 +471,7 @@ int main(int argc, char **argv) {
     last = now_ms();
     if (steps < 0 || step < steps) sleep_ms(interval_ms);
   }
-  for (unsigned b = 0; b < buffer_count; b++) CU(cu.MemFree(buffers[b].ptr), "cuMemFree_v2");
+  for (unsigned b = 0; b < buffer_count; b++) release(&buffers[b]);
   CU(cu.MemFree(table), "cuMemFree_v2");
   return 0;
 }
