@@ -3,18 +3,29 @@
 // machine RUNNING -> LOCKED -> CHECKPOINTED -> LOCKED -> RUNNING, so a wrong
 // order fails as on the real driver (CUDA_ERROR_ILLEGAL_STATE).
 //
+// It also serves CUDA programs and the gpushare shim: contexts, device memory
+// (plain and VMM), copies, sets, streams, events, pinned host memory,
+// cuGetProcAddress, and launches. "Device memory" is host memory of the
+// calling process (a CUdeviceptr is a host address, VMM memory a memfd mapped
+// shared), and a CUfunction is a host function void(void** kernel_params)
+// that cuLaunchKernel calls at once. Copies check their ranges against the
+// fake's tables and answer CUDA_ERROR_INVALID_VALUE instead of faulting.
+//
 // Loaded by gpusnap through its ordinary dlopen("libcuda.so.1"): put this
 // library's directory first in LD_LIBRARY_PATH. Controlled by environment
 // variables, read at every call (see docs/CUDA.md):
 //   FAKE_CUDA_LOG=path           append one line per call:
 //                                "t=<end ns> start=<start ns> tid=<tid> fn=<name> pid=<pid> rc=<CUresult> [k=v...]"
-//                                (CLOCK_MONOTONIC; pid=0 for calls without one)
+//                                (CLOCK_MONOTONIC; checkpoint API: the target pid; memory, context,
+//                                stream and launch calls: the caller's pid; others 0)
 //   FAKE_CUDA_GPUS=n             number of GPUs (default 1); UUIDs GPU-5afec0da-0000-0000-0000-0000000000<nn>
 //   FAKE_CUDA_FAIL=fn:pid:code[,...]  make `fn` return `code` for `pid` ('*': any pid) without changing state
+//   FAKE_CUDA_FAIL_FILE=path     more such entries, read from this file at every call (arm a failure later)
 //   FAKE_CUDA_DELAY_MS=n         sleep n ms in lock, checkpoint, restore and unlock (before the state changes)
 //   FAKE_CUDA_DRIVER_VERSION=n   what cuDriverGetVersion says (default 13000)
 //   FAKE_CUDA_HANG_MS=fn:ms      make one function take ms milliseconds
 //   FAKE_CUDA_STATE_FILE=path    keep the per-pid states in this file, so they outlive the process
+//   FAKE_CUDA_MEM_BYTES=n        device memory per process for cuMemGetInfo_v2 and out-of-memory (default 16 GiB)
 //   (a process mapping /dev/nvidia-gpusnap-test-* keeps its state in that file instead)
 // A pid never seen is RUNNING. Built with -DFAKE_CUDA_OMIT_LOCK it lacks
 // cuCheckpointProcessLock (for the missing-symbol test).
