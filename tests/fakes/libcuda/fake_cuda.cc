@@ -470,6 +470,7 @@ struct Handle {
   int requested_types;
   int refs;      // cuMemCreate/Import/Retain minus cuMemRelease
   int mappings;  // live cuMemMap's of it; the memory lives while either is > 0
+  bool counted;  // in g_device_bytes_used (not an import of memory this process already counts)
 };
 
 // One cuMemMap, inside a reservation.
@@ -628,7 +629,7 @@ size_t PageRound(size_t n) {
 void MaybeFreeHandle(std::map<CUmemGenericAllocationHandle, Handle>::iterator it) {
   if (it->second.refs > 0 || it->second.mappings > 0) return;
   ::close(it->second.fd);
-  g_device_bytes_used -= it->second.size;
+  if (it->second.counted) g_device_bytes_used -= it->second.size;
   g_handles.erase(it);
 }
 
@@ -959,7 +960,7 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t si
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     CUmemGenericAllocationHandle id = g_next_handle++;
-    g_handles[id] = {fd, size, prop->location.id, prop->requestedHandleTypes, 1, 0};
+    g_handles[id] = {fd, size, prop->location.id, prop->requestedHandleTypes, 1, 0, true};
     g_device_bytes_used += size;
     *handle = id;
     extra += " handle=" + Hex(id);
@@ -1078,16 +1079,21 @@ FAKE_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle
     int fd = ::fcntl(shared_fd, F_DUPFD_CLOEXEC, 0);
     if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
     std::unique_lock lock(g_mem_mu);
-    // The device of the memory when it came from this process; else device 0.
+    // Memory this process created keeps its device and is counted once;
+    // memory of another process is on device 0.
     int device = 0;
+    bool ours = false;
     for (const auto& [id, h] : g_handles) {
       struct stat other {};
-      if (::fstat(h.fd, &other) == 0 && other.st_dev == st.st_dev && other.st_ino == st.st_ino) device = h.device;
+      if (::fstat(h.fd, &other) == 0 && other.st_dev == st.st_dev && other.st_ino == st.st_ino) {
+        device = h.device;
+        ours = true;
+      }
     }
     CUmemGenericAllocationHandle id = g_next_handle++;
     size_t size = static_cast<size_t>(st.st_size);
-    g_handles[id] = {fd, size, device, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1, 0};
-    g_device_bytes_used += size;
+    g_handles[id] = {fd, size, device, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1, 0, !ours};
+    if (!ours) g_device_bytes_used += size;
     *handle = id;
     extra += " handle=" + Hex(id) + " size=" + std::to_string(size);
     return CUDA_SUCCESS;
