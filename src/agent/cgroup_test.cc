@@ -1,0 +1,89 @@
+#include "agent/cgroup.h"
+
+#include <gtest/gtest.h>
+
+namespace gpusnap::agent {
+namespace {
+
+const std::string kId = "3f2a9c1e0b7d4a5f8e6c2b1a0d9f8e7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e";
+const std::string kUid = "0c5b1d7e-2f4a-4b8c-9d3e-1a2b3c4d5e6f";
+std::string Underscored(std::string s) {
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+
+TEST(Cgroup, ContainerdSystemdV2) {
+  auto id = ParseProcCgroup("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" +
+                            Underscored(kUid) + ".slice/cri-containerd-" + kId + ".scope\n");
+  EXPECT_EQ(id.container_id, kId);
+  EXPECT_EQ(id.pod_uid, kUid);
+}
+
+TEST(Cgroup, CrioSystemdV2) {
+  auto id = ParseProcCgroup("0::/kubepods.slice/kubepods-pod" + Underscored(kUid) + ".slice/crio-" + kId + ".scope\n");
+  EXPECT_EQ(id.container_id, kId);
+  EXPECT_EQ(id.pod_uid, kUid);
+}
+
+TEST(Cgroup, CrioMonitorIsNotTheContainer) {
+  auto id = ParseProcCgroup("0::/kubepods.slice/kubepods-pod" + Underscored(kUid) + ".slice/crio-conmon-" + kId +
+                            ".scope\n");
+  EXPECT_EQ(id.container_id, "");
+}
+
+TEST(Cgroup, CgroupfsDriverV1) {
+  std::string text = "12:pids:/kubepods/burstable/pod" + kUid + "/" + kId + "\n" +
+                     "11:cpu,cpuacct:/kubepods/burstable/pod" + kUid + "/" + kId + "\n" + "1:name=systemd:/\n";
+  auto id = ParseProcCgroup(text);
+  EXPECT_EQ(id.container_id, kId);
+  EXPECT_EQ(id.pod_uid, kUid);
+}
+
+TEST(Cgroup, DockerOutsideKubernetes) {
+  EXPECT_EQ(ParseProcCgroup("0::/system.slice/docker-" + kId + ".scope\n").container_id, kId);
+  auto id = ParseProcCgroup("0::/docker/" + kId + "\n");
+  EXPECT_EQ(id.container_id, kId);
+  EXPECT_EQ(id.pod_uid, "");
+}
+
+TEST(Cgroup, HostProcessesAreInNoContainer) {
+  EXPECT_EQ(ParseProcCgroup("0::/system.slice/ssh.service\n").container_id, "");
+  EXPECT_EQ(ParseProcCgroup("0::/user.slice/user-0.slice/session-3.scope\n").container_id, "");
+  EXPECT_EQ(ParseProcCgroup("0::/\n").container_id, "");
+  EXPECT_EQ(ParseProcCgroup("").container_id, "");
+  EXPECT_EQ(ParseProcCgroup("garbage without colons").container_id, "");
+}
+
+TEST(Cgroup, AlmostIdsAreNot) {
+  EXPECT_FALSE(ContainerIdFromComponent(kId.substr(1)));
+  EXPECT_FALSE(ContainerIdFromComponent(kId + "0"));
+  std::string upper = kId;
+  upper[0] = 'F';
+  EXPECT_FALSE(ContainerIdFromComponent(upper));
+  EXPECT_FALSE(ContainerIdFromComponent("cri-containerd-" + kId));  // no .scope
+  EXPECT_FALSE(PodUidFromComponent("pod" + Underscored(kUid)));
+  EXPECT_FALSE(PodUidFromComponent("pod" + kUid.substr(1)));
+  EXPECT_FALSE(PodUidFromComponent("system-pod" + Underscored(kUid) + ".slice"));
+}
+
+TEST(KubeletLogName, Parses) {
+  auto n = ParseKubeletLogName("vllm-0_ml_server-" + kId + ".log");
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->pod, "vllm-0");
+  EXPECT_EQ(n->namespace_name, "ml");
+  EXPECT_EQ(n->container, "server");
+  EXPECT_EQ(n->container_id, kId);
+}
+
+TEST(KubeletLogName, Refuses) {
+  EXPECT_FALSE(ParseKubeletLogName("vllm-0_ml_server-" + kId));            // no .log
+  EXPECT_FALSE(ParseKubeletLogName("vllm-0_ml_server" + kId + ".log"));    // no '-'
+  EXPECT_FALSE(ParseKubeletLogName("vllm-0_server-" + kId + ".log"));      // no namespace
+  EXPECT_FALSE(ParseKubeletLogName("a_b_c_d-" + kId + ".log"));             // too many fields
+  EXPECT_FALSE(ParseKubeletLogName("_ml_server-" + kId + ".log"));
+  EXPECT_FALSE(ParseKubeletLogName(".log"));
+}
+
+}  // namespace
+}  // namespace gpusnap::agent

@@ -1,0 +1,125 @@
+#include "agent/job.h"
+
+#include <nlohmann/json.hpp>
+
+#include "agent/request.h"
+
+namespace gpusnap::agent {
+
+namespace {
+using Json = nlohmann::json;
+}  // namespace
+
+const char* JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kRunning: return "running";
+    case JobState::kSucceeded: return "succeeded";
+    case JobState::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+void ApplyProgress(Job& job, const std::string& phase, double seconds, uint64_t bytes, bool done) {
+  job.phase = phase;
+  if (done) {
+    job.timings_s[phase] = seconds;
+    job.bytes_done += bytes;
+    if (job.bytes_total != 0 && job.bytes_done > job.bytes_total) job.bytes_total = job.bytes_done;
+  }
+}
+
+void Succeed(Job& job, const std::string& now) {
+  job.state = JobState::kSucceeded;
+  job.finished = now;
+  if (job.bytes_total < job.bytes_done) job.bytes_total = job.bytes_done;
+}
+
+void Fail(Job& job, const std::string& error, const std::string& now) {
+  job.state = JobState::kFailed;
+  job.error = error;
+  job.finished = now;
+}
+
+Job Interrupted(Job job, bool snapshot_published, const std::string& now) {
+  if (job.state != JobState::kRunning) return job;
+  std::string where = job.phase.empty() ? "before its first phase" : "in phase `" + job.phase + "`";
+  std::string outcome;
+  if (job.kind == "checkpoint")
+    outcome = snapshot_published ? "; snapshot `" + job.snapshot + "` had been published whole"
+                                 : "; no snapshot was published";
+  Fail(job, "the agent stopped " + where + " and was restarted" + outcome, now);
+  return job;
+}
+
+std::string JobToJson(const Job& job) {
+  Json j = {
+      {"id", job.id},
+      {"kind", job.kind},
+      {"state", JobStateName(job.state)},
+      {"phase", job.phase},
+      {"target", job.target},
+      {"lockKey", job.lock_key},
+      {"created", job.created},
+      {"bytesDone", job.bytes_done},
+      {"bytesTotal", job.bytes_total},
+      {"timings", job.timings_s},
+  };
+  if (!job.finished.empty()) j["finished"] = job.finished;
+  if (!job.error.empty()) j["error"] = job.error;
+  if (!job.snapshot.empty()) j["snapshot"] = job.snapshot;
+  if (job.restored_pid > 0) j["restoredPid"] = job.restored_pid;
+  if (!job.restored_name.empty()) j["restoredName"] = job.restored_name;
+  if (!job.source.empty()) {
+    Json procs = Json::array();
+    for (const auto& p : job.source) procs.push_back({{"pid", p.pid}, {"startTime", p.start_time}});
+    j["source"] = procs;
+  }
+  return j.dump(2) + "\n";
+}
+
+Result<Job> JobFromJson(std::string_view text) {
+  Json j;
+  try {
+    j = Json::parse(text.begin(), text.end());
+  } catch (const Json::exception& e) {
+    return Status::Error(Code::kCorruption, "job record: {}", e.what());
+  }
+  if (!j.is_object()) return Status::Error(Code::kCorruption, "job record: not a JSON object");
+  Job job;
+  try {
+    job.id = j.at("id").get<std::string>();
+    job.kind = j.at("kind").get<std::string>();
+    std::string state = j.at("state").get<std::string>();
+    if (state == "running") {
+      job.state = JobState::kRunning;
+    } else if (state == "succeeded") {
+      job.state = JobState::kSucceeded;
+    } else if (state == "failed") {
+      job.state = JobState::kFailed;
+    } else {
+      return Status::Error(Code::kCorruption, "job record: unknown state `{}`", state);
+    }
+    job.phase = j.value("phase", "");
+    job.target = j.value("target", "");
+    job.lock_key = j.value("lockKey", "");
+    job.created = j.value("created", "");
+    job.finished = j.value("finished", "");
+    job.bytes_done = j.value("bytesDone", uint64_t{0});
+    job.bytes_total = j.value("bytesTotal", uint64_t{0});
+    job.timings_s = j.value("timings", std::map<std::string, double>{});
+    job.error = j.value("error", "");
+    job.snapshot = j.value("snapshot", "");
+    job.restored_pid = j.value("restoredPid", 0);
+    job.restored_name = j.value("restoredName", "");
+    for (const auto& p : j.value("source", Json::array()))
+      job.source.push_back({p.at("pid").get<pid_t>(), p.at("startTime").get<uint64_t>()});
+  } catch (const Json::exception& e) {
+    return Status::Error(Code::kCorruption, "job record: {}", e.what());
+  }
+  if (!IsValidJobId(job.id)) return Status::Error(Code::kCorruption, "job record: invalid id `{}`", job.id);
+  if (job.kind != "checkpoint" && job.kind != "restore")
+    return Status::Error(Code::kCorruption, "job record `{}`: unknown kind `{}`", job.id, job.kind);
+  return job;
+}
+
+}  // namespace gpusnap::agent

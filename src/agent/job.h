@@ -1,0 +1,68 @@
+// A job: one checkpoint or restore the agent runs, its state machine, and the
+// journal record it is kept in on disk (<state dir>/jobs/<id>.json, rewritten
+// atomically at every transition).
+//
+// States: running -> succeeded | failed. A job is created running; a phase
+// change or progress keeps it running; it ends exactly once. A record found
+// running when the agent starts belongs to an agent that died: Interrupted()
+// turns it into failed, naming the phase it died in.
+//
+// Pure: building, transitions and the record format do no I/O.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpusnap/status.h"
+
+namespace gpusnap::agent {
+
+enum class JobState { kRunning, kSucceeded, kFailed };
+const char* JobStateName(JobState state);
+
+// A process as the agent found it when the job started: with its start time,
+// so a later look can tell it from another process that reused the pid.
+struct TrackedProcess {
+  pid_t pid = 0;
+  uint64_t start_time = 0;
+};
+
+struct Job {
+  std::string id;                 // IsValidJobId
+  std::string kind;               // "checkpoint" or "restore"
+  JobState state = JobState::kRunning;
+  std::string phase;              // the phase now running (or the last one reached)
+  std::string target;             // what it acts on, for humans: "pid 4711", "container 3f2a…", "snapshot x"
+  std::string lock_key;           // one running capture per key ("container:<id>", "pid:<pid>")
+  std::string created, finished;  // RFC 3339
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;       // 0 while unknown
+  std::map<std::string, double> timings_s;  // phase -> seconds, as phases end
+  std::string error;              // failed: why
+  std::string snapshot;           // the snapshot written (checkpoint) or read (restore)
+  pid_t restored_pid = 0;         // restore: the new tree's root, host pid
+  std::string restored_name;      // restore: its workload name
+  std::vector<TrackedProcess> source;  // checkpoint: the tree when the job started
+};
+
+// A phase ended (`done`) or moved `bytes`: the job's new phase/bytes/timings.
+// REQUIRES: job.state == kRunning.
+void ApplyProgress(Job& job, const std::string& phase, double seconds, uint64_t bytes, bool done);
+// REQUIRES: job.state == kRunning. Ends the job.
+void Succeed(Job& job, const std::string& now);
+void Fail(Job& job, const std::string& error, const std::string& now);
+
+// A running record left by an agent that died: failed, naming the phase and
+// whether its snapshot (job.snapshot) had been published before the end.
+Job Interrupted(Job job, bool snapshot_published, const std::string& now);
+
+// The record as the journal and the API show it.
+std::string JobToJson(const Job& job);
+// kCorruption naming the field for a record that is not one of ours.
+Result<Job> JobFromJson(std::string_view text);
+
+}  // namespace gpusnap::agent

@@ -1,0 +1,53 @@
+// The agent's metrics, in Prometheus' text exposition format (version 0.0.4):
+//
+//   gpusnap_operation_duration_seconds{kind,phase}  histogram of phase times
+//                                                   (phase="total" for a whole job)
+//   gpusnap_operation_bytes_total{kind}             bytes written (checkpoint) or read (restore)
+//   gpusnap_operations_total{kind,result}           finished jobs, result="succeeded"|"failed"
+//   gpusnap_jobs_in_flight                          jobs running now
+//
+// Thread-safety: Metrics is safe to use from any thread. FormatMetrics is pure.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace gpusnap::agent {
+
+// Upper bounds (seconds) of the histogram buckets; +Inf is implied.
+inline constexpr std::array<double, 12> kDurationBuckets = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
+
+struct Histogram {
+  std::array<uint64_t, kDurationBuckets.size()> buckets{};  // non-cumulative counts
+  uint64_t count = 0;
+  double sum = 0;
+  void Observe(double seconds);
+};
+
+struct MetricsSnapshot {
+  std::map<std::pair<std::string, std::string>, Histogram> durations;   // (kind, phase)
+  std::map<std::string, uint64_t> bytes;                                // kind
+  std::map<std::pair<std::string, std::string>, uint64_t> operations;   // (kind, result)
+  int64_t jobs_in_flight = 0;
+};
+
+std::string FormatMetrics(const MetricsSnapshot& m);
+
+class Metrics {
+ public:
+  void ObservePhase(const std::string& kind, const std::string& phase, double seconds);
+  void AddBytes(const std::string& kind, uint64_t bytes);
+  void JobStarted();
+  void JobFinished(const std::string& kind, bool succeeded);
+  std::string Format() const;
+
+ private:
+  mutable std::mutex mu_;
+  MetricsSnapshot m_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace gpusnap::agent

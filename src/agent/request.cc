@@ -1,0 +1,224 @@
+#include "agent/request.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <limits>
+
+#include "gpusnap/snapshot.h"
+#include "gpusnap/workload.h"
+
+namespace gpusnap::agent {
+
+namespace {
+
+using Json = nlohmann::json;
+
+ApiError Bad(std::string message) { return ApiError{400, std::move(message)}; }
+
+// Parses a body that must be one JSON object.
+std::variant<Json, ApiError> ParseObject(std::string_view body) {
+  if (body.empty()) return Bad("empty body: expected a JSON object");
+  Json doc;
+  try {
+    doc = Json::parse(body.begin(), body.end());
+  } catch (const Json::exception& e) {
+    return Bad(std::string("malformed JSON: ") + e.what());
+  }
+  if (!doc.is_object()) return Bad(std::string("expected a JSON object, got ") + doc.type_name());
+  return doc;
+}
+
+std::optional<ApiError> OnlyKnownFields(const Json& obj, std::initializer_list<std::string_view> known,
+                                        std::string_view where) {
+  for (const auto& [key, value] : obj.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end())
+      return Bad(fmt::format("unknown field `{}{}`", where, key));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> GetString(const Json& obj, const char* key, std::string_view where, std::string& out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return std::nullopt;
+  if (!it->is_string()) return Bad(fmt::format("field `{}{}` must be a string, got {}", where, key, it->type_name()));
+  out = it->get<std::string>();
+  return std::nullopt;
+}
+
+bool IsDns1123Label(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(s.front()) || !alnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+bool IsDns1123Subdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t dot = s.find('.', start);
+    std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (!IsDns1123Label(label)) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+  return false;
+}
+
+std::variant<PodRef, ApiError> ParsePod(const Json& pod) {
+  if (!pod.is_object()) return Bad(fmt::format("field `pod` must be an object, got {}", pod.type_name()));
+  if (auto e = OnlyKnownFields(pod, {"namespace", "name", "container"}, "pod.")) return *e;
+  PodRef ref;
+  if (auto e = GetString(pod, "namespace", "pod.", ref.namespace_name)) return *e;
+  if (auto e = GetString(pod, "name", "pod.", ref.name)) return *e;
+  if (auto e = GetString(pod, "container", "pod.", ref.container)) return *e;
+  if (!IsDns1123Label(ref.namespace_name))
+    return Bad(fmt::format("`pod.namespace` `{}` is not a Kubernetes namespace name", ref.namespace_name));
+  if (!IsDns1123Subdomain(ref.name)) return Bad(fmt::format("`pod.name` `{}` is not a Kubernetes pod name", ref.name));
+  if (!IsDns1123Label(ref.container))
+    return Bad(fmt::format("`pod.container` `{}` is not a Kubernetes container name", ref.container));
+  return ref;
+}
+
+// The GPU map as an object {"<snapshot GPU index or UUID>": "<this node's>"}.
+std::variant<std::string, ApiError> ParseGpuMap(const Json& map) {
+  if (!map.is_object()) return Bad(fmt::format("field `gpuMap` must be an object, got {}", map.type_name()));
+  auto ok_token = [](const std::string& s) {
+    return !s.empty() && s.size() <= 64 &&
+           std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; });
+  };
+  std::string out;
+  for (const auto& [from, to] : map.items()) {
+    if (!to.is_string()) return Bad(fmt::format("`gpuMap.{}` must be a string, got {}", from, to.type_name()));
+    std::string target = to.get<std::string>();
+    if (!ok_token(from)) return Bad(fmt::format("`gpuMap` key `{}` is not a GPU index or UUID", from));
+    if (!ok_token(target)) return Bad(fmt::format("`gpuMap.{}` value `{}` is not a GPU index or UUID", from, target));
+    if (!out.empty()) out += ',';
+    out += from + "=" + target;
+  }
+  return out;
+}
+
+bool IsHex(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+}  // namespace
+
+int HttpStatusFor(Code code) {
+  switch (code) {
+    case Code::kOk: return 200;
+    case Code::kInvalidArgument: return 400;
+    case Code::kNotFound: return 404;
+    case Code::kAlreadyExists: return 409;
+    case Code::kFailedPrecondition: return 409;
+    case Code::kCorruption: return 422;
+    case Code::kNotSupported: return 501;
+    case Code::kTimeout: return 504;
+    case Code::kIoError:
+    case Code::kExternal:
+    case Code::kInternal: return 500;
+  }
+  return 500;
+}
+
+ApiError FromStatus(const Status& status) { return ApiError{HttpStatusFor(status.code()), status.message()}; }
+
+std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_view body) {
+  auto parsed = ParseObject(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const Json& doc = std::get<Json>(parsed);
+  if (auto e = OnlyKnownFields(doc, {"pid", "container", "pod", "leaveRunning", "snapshotId"}, "")) return *e;
+
+  CheckpointRequest req;
+  int targets = 0;
+  if (auto it = doc.find("pid"); it != doc.end()) {
+    ++targets;
+    if (!it->is_number_integer()) return Bad(fmt::format("field `pid` must be an integer, got {}", it->type_name()));
+    // Linux pids are at most 2^22 (pid_max's ceiling).
+    auto in_range = [](auto v) { return v >= 1 && v <= (1 << 22); };
+    bool ok = it->is_number_unsigned() ? in_range(it->get<uint64_t>()) : in_range(it->get<int64_t>());
+    if (!ok) return Bad(fmt::format("field `pid` {} is not a pid", it->dump()));
+    req.pid = static_cast<pid_t>(it->get<int64_t>());
+  }
+  if (doc.contains("container")) {
+    ++targets;
+    if (auto e = GetString(doc, "container", "", req.container)) return *e;
+    if (!IsValidContainerId(req.container))
+      return Bad(fmt::format("`container` `{}` is not a container id (12 to 64 lowercase hex digits)", req.container));
+  }
+  if (auto it = doc.find("pod"); it != doc.end()) {
+    ++targets;
+    auto pod = ParsePod(*it);
+    if (auto* e = std::get_if<ApiError>(&pod)) return *e;
+    req.pod = std::get<PodRef>(pod);
+  }
+  if (targets != 1) return Bad("give exactly one of `pid`, `container` and `pod`");
+  if (auto it = doc.find("leaveRunning"); it != doc.end()) {
+    if (!it->is_boolean())
+      return Bad(fmt::format("field `leaveRunning` must be a boolean, got {}", it->type_name()));
+    req.leave_running = it->get<bool>();
+  }
+  if (auto e = GetString(doc, "snapshotId", "", req.snapshot_id)) return *e;
+  if (doc.contains("snapshotId") && !IsValidSnapshotId(req.snapshot_id))
+    return Bad(fmt::format("`snapshotId` `{}` is not a snapshot id ([A-Za-z0-9._-], 1-64, no leading '.')",
+                           req.snapshot_id));
+  return req;
+}
+
+std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body) {
+  auto parsed = ParseObject(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const Json& doc = std::get<Json>(parsed);
+  if (auto e = OnlyKnownFields(doc, {"snapshot", "target", "gpuMap", "name"}, "")) return *e;
+
+  RestoreRequest req;
+  if (!doc.contains("snapshot")) return Bad("missing field `snapshot`");
+  if (auto e = GetString(doc, "snapshot", "", req.snapshot)) return *e;
+  if (!IsValidSnapshotId(req.snapshot)) return Bad(fmt::format("`snapshot` `{}` is not a snapshot id", req.snapshot));
+  if (auto it = doc.find("target"); it != doc.end()) {
+    if (it->is_string()) {
+      if (it->get<std::string>() != "new")
+        return Bad(fmt::format("`target` `{}`: expected \"new\" or {{\"container\": ID}}", it->get<std::string>()));
+    } else if (it->is_object()) {
+      if (auto e = OnlyKnownFields(*it, {"container"}, "target.")) return *e;
+      if (!it->contains("container")) return Bad("missing field `target.container`");
+      if (auto e = GetString(*it, "container", "target.", req.target_container)) return *e;
+      if (!IsValidContainerId(req.target_container))
+        return Bad(fmt::format("`target.container` `{}` is not a container id", req.target_container));
+    } else {
+      return Bad(fmt::format("field `target` must be \"new\" or an object, got {}", it->type_name()));
+    }
+  }
+  if (auto it = doc.find("gpuMap"); it != doc.end()) {
+    auto map = ParseGpuMap(*it);
+    if (auto* e = std::get_if<ApiError>(&map)) return *e;
+    req.gpu_map = std::get<std::string>(map);
+  }
+  if (auto e = GetString(doc, "name", "", req.name)) return *e;
+  if (doc.contains("name") && !IsValidWorkloadName(req.name))
+    return Bad(fmt::format("`name` `{}` is not a workload name ([A-Za-z0-9._-], 1-40)", req.name));
+  return req;
+}
+
+bool IsValidJobId(std::string_view id) {
+  return id.size() == 20 && id.substr(0, 4) == "job-" && IsHex(id.substr(4));
+}
+
+bool IsValidContainerId(std::string_view id) { return id.size() >= 12 && id.size() <= 64 && IsHex(id); }
+
+bool BearerMatches(std::string_view header, std::string_view expected) {
+  constexpr std::string_view kScheme = "Bearer ";
+  if (expected.empty() || header.size() < kScheme.size() || header.substr(0, kScheme.size()) != kScheme) return false;
+  std::string_view given = header.substr(kScheme.size());
+  // Every byte of the expected token is looked at whatever `given` holds.
+  unsigned diff = given.size() == expected.size() ? 0u : 1u;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= g ^ static_cast<unsigned char>(expected[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace gpusnap::agent
