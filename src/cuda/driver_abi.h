@@ -219,8 +219,9 @@ using PFN_cuMemHostAlloc = CUresult (*)(void** ptr, std::size_t bytes, unsigned 
 using PFN_cuMemFreeHost = CUresult (*)(void* ptr);
 }
 
-inline constexpr unsigned int CU_STREAM_NON_BLOCKING = 1;
-inline constexpr unsigned int CU_MEMHOSTALLOC_PORTABLE = 1;
+// cuda.h has these as macros, hence other names.
+inline constexpr unsigned int kStreamNonBlocking = 1;     // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned int kMemHostAllocPortable = 1;  // CU_MEMHOSTALLOC_PORTABLE
 
 // cuDriverGetVersion values (1000 * major + 10 * minor).
 inline constexpr int kCheckpointApiVersion = 12080;  // CUDA 12.8, driver r570
