@@ -11,6 +11,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import uuid
 
 from harness import GpusnapCase
 
@@ -179,6 +180,30 @@ class WorkerUnderCriu(GpusnapCase):
 
     def test_vmm_mappings_survive_checkpoint_and_restore(self):
         self.checkpoint_and_restore("vmm")
+
+    def test_as_a_gpu_process_through_the_checkpoint_api(self):
+        # A stand-in device file makes gpusnap take it for a GPU process and
+        # drive the fake's checkpoint API around the dump (see test_gpu_flow_fake).
+        device = f"/dev/nvidia-gpusnap-test-{uuid.uuid4().hex[:8]}"
+        with open(device, "wb") as f:
+            f.write(b"\0" * 4096)
+        self.addCleanup(os.unlink, device)
+        nvproc = os.path.join(self.tmp, "nvidia")
+        os.makedirs(nvproc)
+        with open(os.path.join(nvproc, "version"), "w") as f:
+            f.write("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Jan  1 00:00:00 UTC 2026\n")
+        gpu_env = dict(self.env, LD_LIBRARY_PATH=FAKE_DIR, FAKE_CUDA_STATE_FILE=os.path.join(self.tmp, "states"),
+                       GPUSNAP_NVIDIA_PROC_DIR=nvproc)
+        self.gs("run", "--name", "vmm", "--", WORKER, "--alloc", "vmm", "--mib", "5,3,1", "--zero-mib", "4",
+                "--interval-ms", "20", "--full-every", "1", "--device-file", device, env=gpu_env)
+        self.wait_steps(3)
+        snapshot = self.gs("checkpoint", "-q", "vmm", env=gpu_env).stdout.strip().splitlines()[-1]
+        self.assertIsNotNone(self.gs_json("inspect", snapshot).get("gpu"), "not taken for a GPU process")
+        before = len(self.steps())
+        self.gs("restore", snapshot, env=gpu_env)
+        self.wait_steps(before + 5)
+        steps = self.steps()
+        self.assertEqual(steps, list(range(1, len(steps) + 1)), "steps lost or repeated across the restore")
 
 
 class FakeDriverDirect(unittest.TestCase):

@@ -19,7 +19,10 @@
  * and a 1 MiB window that walks through each buffer.
  *
  * usage: vmm_worker [--device N] [--mib A,B,...] [--zero-mib Z] [--alloc plain|vmm]
- *                   [--interval-ms I] [--steps N] [--full-every K] [--vmm-probe]
+ *                   [--interval-ms I] [--steps N] [--full-every K] [--device-file PATH]
+ *                   [--vmm-probe]
+ * --device-file: a file it maps shared, as a CUDA process maps /dev/nvidia*;
+ * the GPU-less tests give a stand-in so gpusnap takes it for a GPU process.
  * --alloc vmm: map every buffer of 2 MiB or more itself (cuMemAddressReserve,
  * cuMemCreate, cuMemMap, cuMemSetAccess), as the gpushare shim does in place
  * of cuMemAlloc_v2, so a checkpoint sees that kind of memory without the shim.
@@ -29,12 +32,16 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -294,10 +301,22 @@ static void release(struct buffer *b) {
   CU(cu.MemAddressFree(b->ptr, b->mapped), "cuMemAddressFree");
 }
 
+/* A CUDA process always has the driver's own threads, and gpusnap picks the
+ * driver's restore thread among them; the fake driver starts none, so this
+ * one stands in. */
+static void *driver_thread_stand_in(void *arg) {
+  (void)arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL); /* SIGTERM goes to the main thread, to end its sleep */
+  for (;;) pause();
+  return NULL;
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: vmm_worker [--device N] [--mib A,B,...] [--zero-mib Z] [--alloc plain|vmm] [--interval-ms I]\n"
-          "                  [--steps N] [--full-every K] [--vmm-probe]\n");
+          "                  [--steps N] [--full-every K] [--device-file PATH] [--vmm-probe]\n");
   exit(2);
 }
 
@@ -381,7 +400,7 @@ static int vmm_probe(int device) {
 int main(int argc, char **argv) {
   int device = 0, probe = 0, vmm = 0;
   long interval_ms = 50, steps = -1, full_every = 100;
-  const char *mib_list = "70,130,3,1";
+  const char *mib_list = "70,130,3,1", *device_file = NULL;
   long zero_mib = 64;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -396,6 +415,7 @@ int main(int argc, char **argv) {
     else if (strcmp(arg, "--interval-ms") == 0) interval_ms = atol(val);
     else if (strcmp(arg, "--steps") == 0) steps = atol(val);
     else if (strcmp(arg, "--full-every") == 0) full_every = atol(val);
+    else if (strcmp(arg, "--device-file") == 0) device_file = val;
     else if (strcmp(arg, "--alloc") == 0 && (strcmp(val, "vmm") == 0 || strcmp(val, "plain") == 0))
       vmm = strcmp(val, "vmm") == 0;
     else usage();
@@ -407,6 +427,18 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   setvbuf(stdout, NULL, _IOLBF, 0);
 
+  if (device_file != NULL) {
+    int fd = open(device_file, O_RDWR | O_CLOEXEC);
+    if (fd < 0 || mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED) {
+      printf("cannot map %s: %s\n", device_file, strerror(errno));
+      return 1;
+    }
+  }
+  pthread_t helper;
+  if (pthread_create(&helper, NULL, driver_thread_stand_in, NULL) != 0) {
+    printf("cannot start a thread\n");
+    return 1;
+  }
   scratch = malloc(CHUNK > 8 * MIB ? CHUNK : 8 * MIB);
   if (scratch == NULL) return 1;
   load_driver(probe || vmm);
