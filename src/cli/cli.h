@@ -34,6 +34,7 @@ void AddRestore(CLI::App& app, Context& ctx);
 void AddSnapshots(CLI::App& app, Context& ctx);  // ls, inspect, rm
 void AddVersion(CLI::App& app, Context& ctx);
 void AddWebhook(CLI::App& app, Context& ctx);
+void AddAgent(CLI::App& app, Context& ctx);
 void AddCuda(CLI::App& app, Context& ctx);      // cuda state|lock|checkpoint|...|gpus
 
 nlohmann::json ToJson(const Workload& w);

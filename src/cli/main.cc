@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   gpusnap::cli::AddSnapshots(app, ctx);
   gpusnap::cli::AddVersion(app, ctx);
   gpusnap::cli::AddWebhook(app, ctx);
+  gpusnap::cli::AddAgent(app, ctx);
   gpusnap::cli::AddCuda(app, ctx);
   CLI11_PARSE(app, argc, argv);
   return ctx.exit_code;

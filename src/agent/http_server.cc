@@ -1,0 +1,309 @@
+#include "agent/http_server.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "gpusnap/snapshot.h"
+#include "k8s/webhook_server.h"
+#include "ns/proc.h"
+#include "util/files.h"
+
+namespace gpusnap::agent {
+
+namespace {
+
+using Json = nlohmann::json;
+
+void Reply(httplib::Response& res, int status, const Json& body) {
+  res.status = status;
+  res.set_content(body.dump(2) + "\n", "application/json");
+}
+
+void ReplyError(httplib::Response& res, const ApiError& e, const std::string& job_id = "") {
+  Json body = {{"error", e.message}};
+  if (!job_id.empty()) body["job"] = job_id;
+  Reply(res, e.http_status, body);
+}
+
+Json SnapshotSummary(const SnapshotMeta& m) {
+  return {{"id", m.id},
+          {"created", m.created},
+          {"source", {{"kind", m.source.kind}, {"name", m.source.name}, {"hostPid", m.source.host_pid}}},
+          {"totalBytes", m.total_bytes},
+          {"gpus", m.gpu ? m.gpu->gpus.size() : 0}};
+}
+
+Json JobJson(const Job& job) {
+  Json j = Json::parse(JobToJson(job));
+  j.erase("source");   // the agent's own bookkeeping
+  j.erase("lockKey");
+  return j;
+}
+
+void AddRoutes(httplib::Server& s, Service& service) {
+  s.Get("/healthz", [&service](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, {{"ok", true}, {"runningJobs", service.RunningJobs()}});
+  });
+  s.Get("/metrics", [&service](const httplib::Request&, httplib::Response& res) {
+    res.set_content(service.metrics().Format(), "text/plain; version=0.0.4");
+  });
+  s.Post("/v1/checkpoints", [&service](const httplib::Request& req, httplib::Response& res) {
+    auto parsed = ParseCheckpointRequest(req.body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
+    auto started = service.StartCheckpoint(std::get<CheckpointRequest>(parsed));
+    if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
+    const std::string& id = std::get<Accepted>(started).job_id;
+    res.set_header("Location", "/v1/jobs/" + id);
+    Reply(res, 202, {{"job", id}});
+  });
+  s.Post("/v1/restores", [&service](const httplib::Request& req, httplib::Response& res) {
+    auto parsed = ParseRestoreRequest(req.body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
+    auto started = service.StartRestore(std::get<RestoreRequest>(parsed));
+    if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
+    const std::string& id = std::get<Accepted>(started).job_id;
+    res.set_header("Location", "/v1/jobs/" + id);
+    Reply(res, 202, {{"job", id}});
+  });
+  s.Get("/v1/jobs", [&service](const httplib::Request&, httplib::Response& res) {
+    Json all = Json::array();
+    for (const auto& job : service.ListJobs()) all.push_back(JobJson(job));
+    Reply(res, 200, all);
+  });
+  s.Get(R"(/v1/jobs/(.+))", [&service](const httplib::Request& req, httplib::Response& res) {
+    std::string id = req.matches[1];
+    if (!IsValidJobId(id)) return ReplyError(res, {400, fmt::format("`{}` is not a job id", id)});
+    auto job = service.GetJob(id);
+    if (!job.ok()) return ReplyError(res, FromStatus(job.status()));
+    Reply(res, 200, JobJson(*job));
+  });
+  s.Get("/v1/snapshots", [&service](const httplib::Request&, httplib::Response& res) {
+    auto list = service.ListSnapshots();
+    if (!list.ok()) return ReplyError(res, FromStatus(list.status()));
+    Json all = Json::array();
+    for (const auto& m : *list) all.push_back(SnapshotSummary(m));
+    Reply(res, 200, all);
+  });
+  s.Get(R"(/v1/snapshots/(.+))", [&service](const httplib::Request& req, httplib::Response& res) {
+    std::string id = req.matches[1];
+    if (!IsValidSnapshotId(id)) return ReplyError(res, {400, fmt::format("`{}` is not a snapshot id", id)});
+    auto meta = service.GetSnapshot(id);
+    if (!meta.ok()) return ReplyError(res, FromStatus(meta.status()));
+    res.status = 200;
+    res.set_content(SnapshotMetaToJson(*meta), "application/json");
+  });
+  s.Delete(R"(/v1/snapshots/(.+))", [&service](const httplib::Request& req, httplib::Response& res) {
+    std::string id = req.matches[1];
+    if (!IsValidSnapshotId(id)) return ReplyError(res, {400, fmt::format("`{}` is not a snapshot id", id)});
+    Status st = service.DeleteSnapshot(id);
+    if (!st.ok()) return ReplyError(res, FromStatus(st));
+    Reply(res, 200, {{"deleted", id}});
+  });
+  s.Get("/v1/processes", [](const httplib::Request& req, httplib::Response& res) {
+    std::string all_param = req.get_param_value("all");
+    if (!all_param.empty() && all_param != "true" && all_param != "false")
+      return ReplyError(res, {400, fmt::format("query `all` must be true or false, got `{}`", all_param)});
+    bool all = all_param == "true";
+    Json out = Json::array();
+    for (const auto& p : ScanProcesses()) {
+      bool gpu = proc::UsesNvidiaGpu(p.pid);
+      if (!gpu && !(all && !p.container_id.empty())) continue;
+      Json j = {{"pid", p.pid}, {"ppid", p.ppid}, {"command", p.command}, {"gpu", gpu}};
+      j["container"] = p.container_id.empty() ? Json(nullptr) : Json(p.container_id);
+      j["podUid"] = p.pod_uid.empty() ? Json(nullptr) : Json(p.pod_uid);
+      j["containerInit"] = p.namespace_init;
+      out.push_back(std::move(j));
+    }
+    Reply(res, 200, out);
+  });
+  // Refusals httplib makes itself (404 for an unknown path, 413, 400) get a JSON body.
+  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    std::string what = res.status == 404   ? fmt::format("no endpoint {} {}", req.method, req.path)
+                       : res.status == 413 ? "request body too large"
+                                           : fmt::format("HTTP {}", res.status);
+    Reply(res, res.status, {{"error", what}});
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+}
+
+void Configure(httplib::Server& s, const AgentOptions& o) {
+  s.set_payload_max_length(o.max_body_bytes);
+  s.set_read_timeout(o.io_timeout_s);
+  s.set_write_timeout(o.io_timeout_s);
+  s.set_keep_alive_timeout(std::min(o.io_timeout_s, 5));
+  int threads = o.threads > 0 ? o.threads : 1;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+}
+
+Result<std::string> ReadToken(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return Status::Errno(errno, "token file `{}`", path);
+  if ((st.st_mode & 077) != 0)
+    return Status::Error(Code::kInvalidArgument, "token file `{}` may be read by others (mode {:04o}): chmod 600 it",
+                         path, st.st_mode & 07777);
+  GPUSNAP_ASSIGN_OR_RETURN(auto token, ReadFile(path));
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
+  if (token.size() < 16)
+    return Status::Error(Code::kInvalidArgument, "token file `{}` holds {} characters; at least 16 are needed", path,
+                         token.size());
+  return token;
+}
+
+// A socket file left by a dead agent is removed; one a live agent answers on is not.
+Status ClaimSocketPath(const std::string& path) {
+  struct stat st{};
+  if (::lstat(path.c_str(), &st) != 0) return Status::Ok();
+  if (!S_ISSOCK(st.st_mode)) return Status::Error(Code::kAlreadyExists, "`{}` exists and is not a socket", path);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (fd.valid() && ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
+    return Status::Error(Code::kAlreadyExists, "an agent already answers on `{}`", path);
+  if (::unlink(path.c_str()) != 0) return Status::Errno(errno, "removing the stale socket `{}`", path);
+  return Status::Ok();
+}
+
+}  // namespace
+
+struct AgentServer::Impl {
+  AgentOptions options;
+  std::unique_ptr<Service> service;
+  httplib::Server unix_server;
+  std::unique_ptr<httplib::Server> tcp_server;
+  std::string token;
+  int tcp_port = 0;
+};
+
+AgentServer::AgentServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+AgentServer::~AgentServer() {
+  if (impl_ && !impl_->options.socket_path.empty()) ::unlink(impl_->options.socket_path.c_str());
+}
+int AgentServer::tcp_port() const { return impl_->tcp_port; }
+
+void AgentServer::Stop() {
+  impl_->unix_server.stop();
+  if (impl_->tcp_server) impl_->tcp_server->stop();
+}
+
+Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  AgentOptions& o = impl->options;
+  if (o.socket_path.empty()) return Status::Error(Code::kInvalidArgument, "the agent needs a socket path");
+  if (o.socket_path.size() >= sizeof(sockaddr_un{}.sun_path))
+    return Status::Error(Code::kInvalidArgument, "socket path `{}` is too long for a unix socket", o.socket_path);
+  std::pair<std::string, int> host_port;
+  if (!o.listen.empty()) {
+    if (o.token_file.empty())
+      return Status::Error(Code::kInvalidArgument, "--listen needs --token-file: TCP callers must present a token");
+    GPUSNAP_ASSIGN_OR_RETURN(host_port, k8s::ParseListen(o.listen));
+    GPUSNAP_ASSIGN_OR_RETURN(impl->token, ReadToken(o.token_file));
+  }
+  if (!o.service.log) o.service.log = [](const std::string& l) { std::fprintf(stderr, "[agent] %s\n", l.c_str()); };
+  GPUSNAP_ASSIGN_OR_RETURN(impl->service, Service::Open(o.service));
+  for (const auto& note : impl->service->recovery_notes()) o.service.log("recovery: " + note);
+
+  // The unix socket: its directory and itself for root only.
+  std::string dir = std::filesystem::path(o.socket_path).parent_path().string();
+  // A directory the agent makes is for root only; one that exists is the caller's to choose.
+  if (!dir.empty() && ::access(dir.c_str(), F_OK) != 0) {
+    GPUSNAP_RETURN_IF_ERROR(MakeDirs(dir, 0700));
+    if (::chmod(dir.c_str(), 0700) != 0) return Status::Errno(errno, "chmod `{}`", dir);
+  }
+  GPUSNAP_RETURN_IF_ERROR(ClaimSocketPath(o.socket_path));
+  Configure(impl->unix_server, o);
+  AddRoutes(impl->unix_server, *impl->service);
+  impl->unix_server.set_address_family(AF_UNIX);
+  mode_t old_mask = ::umask(0177);
+  bool bound = impl->unix_server.bind_to_port(o.socket_path, 80);
+  ::umask(old_mask);
+  if (!bound) return Status::Error(Code::kIoError, "cannot bind the unix socket `{}`", o.socket_path);
+  if (::chmod(o.socket_path.c_str(), 0600) != 0) return Status::Errno(errno, "chmod `{}`", o.socket_path);
+
+  if (!o.listen.empty()) {
+    impl->tcp_server = std::make_unique<httplib::Server>();
+    httplib::Server& t = *impl->tcp_server;
+    Configure(t, o);
+    const std::string* token = &impl->token;
+    t.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
+      if (req.method == "GET" && req.path == "/healthz") return httplib::Server::HandlerResponse::Unhandled;
+      if (BearerMatches(req.get_header_value("Authorization"), *token))
+        return httplib::Server::HandlerResponse::Unhandled;
+      res.set_header("WWW-Authenticate", "Bearer");
+      Reply(res, 401, {{"error", "missing or wrong bearer token"}});
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    AddRoutes(t, *impl->service);
+    auto& [host, port] = host_port;
+    if (port == 0) {
+      impl->tcp_port = t.bind_to_any_port(host);
+      if (impl->tcp_port < 0) return Status::Error(Code::kIoError, "cannot bind `{}`", o.listen);
+    } else {
+      if (!t.bind_to_port(host, port))
+        return Status::Error(Code::kIoError, "cannot bind `{}` (in use, or not an address of this host)", o.listen);
+      impl->tcp_port = port;
+    }
+  }
+  return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
+}
+
+Status AgentServer::Serve() {
+  std::thread tcp;
+  std::atomic<bool> tcp_ok{true};
+  if (impl_->tcp_server) tcp = std::thread([this, &tcp_ok] { tcp_ok = impl_->tcp_server->listen_after_bind(); });
+  bool unix_ok = impl_->unix_server.listen_after_bind();
+  if (impl_->tcp_server) impl_->tcp_server->stop();
+  if (tcp.joinable()) tcp.join();
+  if (!unix_ok) return Status::Error(Code::kIoError, "serving on `{}` failed", impl_->options.socket_path);
+  if (!tcp_ok) return Status::Error(Code::kIoError, "serving on `{}` failed", impl_->options.listen);
+  return Status::Ok();
+}
+
+Status RunAgent(AgentOptions options) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any thread starts
+
+  if (!options.service.log)
+    options.service.log = [](const std::string& l) { std::fprintf(stderr, "[agent] %s\n", l.c_str()); };
+  auto log = options.service.log;
+  std::string socket_path = options.socket_path, listen = options.listen;
+  GPUSNAP_ASSIGN_OR_RETURN(auto server, AgentServer::Start(std::move(options)));
+  log(fmt::format("listening on unix:{}{}", socket_path,
+                  listen.empty() ? "" : fmt::format(" and http://{} (port {})", listen, server->tcp_port())));
+  std::atomic<bool> served{false};
+  std::thread waiter([&server, &log, &served, set] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    if (!served) log(fmt::format("signal {}: stopping", sig));
+    // Stop() does nothing until the listen loop runs: repeat until Serve returns.
+    while (!served) {
+      server->Stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  Status st = server->Serve();
+  served = true;
+  pthread_kill(waiter.native_handle(), SIGTERM);
+  waiter.join();
+  return st;
+}
+
+}  // namespace gpusnap::agent

@@ -1,0 +1,52 @@
+// `gpusnap agent`: the node agent's HTTP/JSON API (docs/AGENT.md) over
+//  - a unix socket, mode 0600 in a directory of mode 0700: only root may call;
+//  - and, with `listen`, TCP, where every request but GET /healthz must carry
+//    "Authorization: Bearer <token>" (the token file's content), compared in
+//    constant time; 401 otherwise.
+//
+// Bodies larger than max_body_bytes get 413 and are not parsed. Every answer
+// is JSON ({"error": "..."} on refusal) but /metrics (Prometheus text).
+//
+// Thread-safety: Stop() may be called from any thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "agent/service.h"
+#include "gpusnap/status.h"
+
+namespace gpusnap::agent {
+
+struct AgentOptions {
+  ServiceOptions service;
+  std::string socket_path = "/run/gpusnap-agent/agent.sock";
+  std::string listen;              // HOST:PORT, :PORT; empty: no TCP
+  std::string token_file;          // REQUIRES with listen: a file only its owner may read
+  size_t max_body_bytes = 64 << 10;
+  int io_timeout_s = 10;
+  int threads = 8;
+};
+
+class AgentServer {
+ public:
+  // Opens the service (journal recovery included), binds the socket(s).
+  static Result<std::unique_ptr<AgentServer>> Start(AgentOptions options);
+  ~AgentServer();
+
+  int tcp_port() const;  // 0 without TCP
+  // Serves until Stop(); then waits for running jobs.
+  Status Serve();
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit AgentServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Start, log where it listens, serve until SIGINT or SIGTERM.
+Status RunAgent(AgentOptions options);
+
+}  // namespace gpusnap::agent

@@ -1,0 +1,318 @@
+#include "agent/service.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "agent/cgroup.h"
+#include "gpusnap/operations.h"
+#include "gpusnap/workload.h"
+#include "ns/proc.h"
+#include "util/files.h"
+#include "util/test_hooks.h"
+
+namespace gpusnap::agent {
+
+namespace {
+
+std::string NewJobId() {
+  std::random_device rd;
+  std::uniform_int_distribution<uint64_t> dist;
+  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ dist(rd);
+  return fmt::format("job-{:016x}", v);
+}
+
+Refused Refuse(int http_status, std::string message, std::string job_id = "") {
+  return Refused{ApiError{http_status, std::move(message)}, std::move(job_id)};
+}
+
+}  // namespace
+
+Service::Service(ServiceOptions options, Store store, UniqueFd lock)
+    : options_(std::move(options)), store_(std::move(store)), lock_(std::move(lock)) {}
+
+Service::~Service() {
+  std::unique_lock lock(mu_);
+  if (!running_.empty()) options_.log(fmt::format("waiting for {} running job(s) to finish", running_.size()));
+  idle_.wait(lock, [this] { return running_.empty(); });
+}
+
+Result<std::unique_ptr<Service>> Service::Open(ServiceOptions options) {
+  if (!options.log) options.log = [](const std::string& line) { std::fprintf(stderr, "[agent] %s\n", line.c_str()); };
+  if (options.store.empty()) options.store = DefaultStore();
+  if (options.state_dir.empty()) options.state_dir = options.store + "/agent";
+  GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(options.store, true));
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(options.state_dir + "/jobs", 0700));
+  std::string lock_path = options.state_dir + "/agent.lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) return Status::Errno(errno, "opening `{}`", lock_path);
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
+    return Status::Error(Code::kFailedPrecondition, "another agent holds `{}`: one agent per state directory",
+                         lock_path);
+  std::unique_ptr<Service> s(new Service(std::move(options), std::move(store), std::move(lock)));
+  s->Recover();
+  return s;
+}
+
+std::string Service::JournalPath(const std::string& id) const { return options_.state_dir + "/jobs/" + id + ".json"; }
+
+void Service::Journal(const Job& job) const {
+  Status st = WriteFileAtomic(JournalPath(job.id), JobToJson(job), 0600);
+  if (!st.ok()) options_.log(fmt::format("job {}: journal: {}", job.id, st.ToString()));
+}
+
+void Service::Recover() {
+  int cleaned = store_.CleanStaleTemporaries();
+  if (cleaned > 0) recovery_notes_.push_back(fmt::format("removed {} unfinished snapshot directories", cleaned));
+  std::vector<Job> loaded;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/jobs", ec)) {
+    const std::string path = entry.path().string();
+    if (entry.path().extension() != ".json") {
+      // A temporary of an atomic write the dead agent did not finish.
+      std::filesystem::remove(entry.path(), ec);
+      continue;
+    }
+    auto text = ReadFile(path);
+    auto job = text.ok() ? JobFromJson(*text) : Result<Job>(text.status());
+    if (!job.ok()) {
+      recovery_notes_.push_back(fmt::format("ignoring job record `{}`: {}", path, job.status().ToString()));
+      continue;
+    }
+    if (job->state == JobState::kRunning) {
+      // A stopped source process is one the dead agent's operation stopped;
+      // a process that merely reuses the pid is left alone.
+      int continued = 0;
+      for (const auto& p : job->source) {
+        auto st = proc::ReadStat(p.pid);
+        if (st.ok() && st->start_time == p.start_time && (st->state == 'T' || st->state == 't') &&
+            ::kill(p.pid, SIGCONT) == 0)
+          ++continued;
+      }
+      bool published = !job->snapshot.empty() && job->kind == "checkpoint" && store_.Load(job->snapshot).ok();
+      Job failed = Interrupted(*job, published, NowRfc3339());
+      Journal(failed);
+      recovery_notes_.push_back(fmt::format("job {} ({} of {}) was interrupted in phase `{}`{}", failed.id,
+                                            failed.kind, failed.target, job->phase,
+                                            continued ? fmt::format("; resumed {} stopped processes", continued) : ""));
+      loaded.push_back(std::move(failed));
+    } else {
+      loaded.push_back(std::move(*job));
+    }
+  }
+  // Keep the newest records; created is RFC 3339, so it sorts as text.
+  std::sort(loaded.begin(), loaded.end(), [](const Job& a, const Job& b) { return a.created > b.created; });
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    if (i >= options_.max_job_records) {
+      std::filesystem::remove(JournalPath(loaded[i].id), ec);
+      continue;
+    }
+    jobs_.emplace(loaded[i].id, std::move(loaded[i]));
+  }
+}
+
+std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest& request) {
+  // Which tree, and under which lock key.
+  std::vector<NodeProcess> processes;
+  pid_t root = request.pid;
+  std::string container;
+  if (request.pod || !request.container.empty()) {
+    processes = ScanProcesses();
+    Result<std::string> id = request.pod ? ContainerIdOfPod(options_.kubelet_log_dir, *request.pod, processes)
+                                         : ExpandContainerId(processes, request.container);
+    if (!id.ok()) return Refused{FromStatus(id.status()), ""};
+    container = *id;
+    auto tree_root = ContainerTreeRoot(processes, container);
+    if (!tree_root.ok()) return Refused{FromStatus(tree_root.status()), ""};
+    root = *tree_root;
+  } else {
+    if (root == 1) return Refuse(403, "pid 1 is the node's init: not a workload the agent may take");
+    if (root == ::getpid()) return Refuse(403, fmt::format("pid {} is this agent", root));
+    auto st = proc::ReadStat(root);
+    if (!st.ok() || st->state == 'Z') return Refuse(404, fmt::format("no process with pid {}", root));
+    if (st->ppid == 0 || st->ppid == 2)
+      return Refuse(403, fmt::format("pid {} is a kernel thread or the kernel's own: not a workload", root));
+    auto cg = ReadFile("/proc/" + std::to_string(root) + "/cgroup");
+    if (cg.ok()) container = ParseProcCgroup(*cg).container_id;
+  }
+  auto root_stat = proc::ReadStat(root);
+  if (!root_stat.ok()) return Refuse(404, fmt::format("no process with pid {}", root));
+
+  Job job;
+  job.kind = "checkpoint";
+  job.lock_key = container.empty() ? fmt::format("pid:{}", root) : "container:" + container;
+  job.target = container.empty() ? fmt::format("pid {}", root) : fmt::format("container {} (pid {})", container, root);
+  for (pid_t p : proc::Tree(root))
+    if (auto st = proc::ReadStat(p); st.ok()) job.source.push_back({p, st->start_time});
+  std::string prefix = container.empty() ? fmt::format("pid{}", root) : "ctr-" + container.substr(0, 12);
+  if (auto workloads = ListWorkloads(); workloads.ok())
+    for (const auto& w : *workloads)
+      if (w.running && w.pid == root) prefix = w.name;
+  job.snapshot = request.snapshot_id.empty() ? NewSnapshotId(prefix) : request.snapshot_id;
+  if (store_.Load(job.snapshot).ok())
+    return Refuse(409, fmt::format("snapshot `{}` already exists", job.snapshot));
+
+  CheckpointOptions o;
+  o.target = std::to_string(root);
+  o.store = store_.root();
+  o.id = job.snapshot;
+  o.leave_running = request.leave_running;
+  o.criu_bundle = options_.criu_bundle;
+  o.timeout_s = options_.operation_timeout_s;
+  return Launch(std::move(job), [this, o](Job& running) mutable -> Status {
+    std::string id = running.id;
+    o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };
+    auto meta = Checkpoint(o);
+    if (!meta.ok()) return meta.status();
+    std::lock_guard lock(mu_);
+    jobs_[id].bytes_total = meta->total_bytes;
+    return Status::Ok();
+  });
+}
+
+std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& request) {
+  if (!request.target_container.empty())
+    return Refuse(501,
+                  "restoring into a container's namespaces and cgroup (the Kubernetes placeholder case) is not "
+                  "implemented; restore with target \"new\" (a fresh namespace)");
+  auto meta = store_.Load(request.snapshot);
+  if (!meta.ok()) return Refused{FromStatus(meta.status()), ""};
+  std::string name = request.name.empty() ? meta->source.name : request.name;
+  if (name.empty()) name = "restored-" + std::to_string(meta->source.host_pid);
+
+  Job job;
+  job.kind = "restore";
+  job.lock_key = "workload:" + name;
+  job.target = fmt::format("snapshot {}", meta->id);
+  job.snapshot = meta->id;
+  job.bytes_total = meta->total_bytes;
+  job.restored_name = name;
+
+  RestoreOptions o;
+  o.id = meta->id;
+  o.store = store_.root();
+  o.name = name;
+  o.criu_bundle = options_.criu_bundle;
+  o.timeout_s = options_.operation_timeout_s;
+  o.gpu_map = request.gpu_map;
+  return Launch(std::move(job), [this, o](Job& running) mutable -> Status {
+    std::string id = running.id;
+    o.progress = [this, id](const ProgressEvent& e) {
+      OnProgress(id, e);
+      // The restore's fault-injection points for the crash tests.
+      if (e.done) PauseIfRequested("restore-" + e.phase);
+    };
+    auto result = Restore(o);
+    if (!result.ok()) return result.status();
+    std::lock_guard lock(mu_);
+    jobs_[id].restored_pid = result->workload.pid;
+    return Status::Ok();
+  });
+}
+
+std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Job&)> work) {
+  std::unique_lock lock(mu_);
+  if (auto it = running_.find(job.lock_key); it != running_.end()) {
+    const Job& other = jobs_.at(it->second);
+    return Refuse(409, fmt::format("job {} is already running a {} of {}", other.id, other.kind, other.target),
+                  other.id);
+  }
+  if (auto it = busy_snapshots_.find(job.snapshot); it != busy_snapshots_.end())
+    return Refuse(409, fmt::format("job {} is using snapshot `{}`", it->second, job.snapshot), it->second);
+  do {
+    job.id = NewJobId();
+  } while (jobs_.count(job.id) > 0);
+  job.created = NowRfc3339();
+  job.state = JobState::kRunning;
+  Journal(job);
+  running_[job.lock_key] = job.id;
+  busy_snapshots_[job.snapshot] = job.id;
+  std::string id = job.id;
+  options_.log(fmt::format("job {}: {} of {} started", id, job.kind, job.target));
+  jobs_[id] = std::move(job);
+  metrics_.JobStarted();
+  lock.unlock();
+  std::thread([this, id, work = std::move(work)] { RunJob(id, work); }).detach();
+  return Accepted{id};
+}
+
+void Service::RunJob(const std::string& id, const std::function<Status(Job&)>& work) {
+  Job copy;
+  {
+    std::lock_guard lock(mu_);
+    copy = jobs_.at(id);
+  }
+  auto started = std::chrono::steady_clock::now();
+  Status st = work(copy);
+  std::lock_guard lock(mu_);
+  Job& job = jobs_.at(id);
+  job.timings_s["total"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (st.ok()) {
+    Succeed(job, NowRfc3339());
+  } else {
+    Fail(job, st.ToString(), NowRfc3339());
+  }
+  Journal(job);
+  for (const auto& [phase, seconds] : job.timings_s) metrics_.ObservePhase(job.kind, phase, seconds);
+  metrics_.AddBytes(job.kind, job.bytes_done);
+  metrics_.JobFinished(job.kind, st.ok());
+  options_.log(fmt::format("job {}: {} of {} {}{}", id, job.kind, job.target, JobStateName(job.state),
+                           st.ok() ? "" : ": " + st.ToString()));
+  running_.erase(job.lock_key);
+  busy_snapshots_.erase(job.snapshot);
+  idle_.notify_all();
+}
+
+void Service::OnProgress(const std::string& id, const ProgressEvent& e) {
+  std::lock_guard lock(mu_);
+  Job& job = jobs_.at(id);
+  ApplyProgress(job, e.phase, e.seconds, e.bytes, e.done);
+  Journal(job);
+}
+
+Result<Job> Service::GetJob(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::Error(Code::kNotFound, "no job `{}`", id);
+  return it->second;
+}
+
+std::vector<Job> Service::ListJobs() const {
+  std::vector<Job> out;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, job] : jobs_) out.push_back(job);
+  }
+  std::sort(out.begin(), out.end(), [](const Job& a, const Job& b) { return a.created > b.created; });
+  return out;
+}
+
+size_t Service::RunningJobs() const {
+  std::lock_guard lock(mu_);
+  return running_.size();
+}
+
+Result<std::vector<SnapshotMeta>> Service::ListSnapshots() const {
+  std::vector<std::string> warnings;
+  auto list = store_.List(&warnings);
+  for (const auto& w : warnings) options_.log("listing snapshots: " + w);
+  return list;
+}
+
+Result<SnapshotMeta> Service::GetSnapshot(const std::string& id) const { return store_.Load(id); }
+
+Status Service::DeleteSnapshot(const std::string& id) {
+  std::lock_guard lock(mu_);
+  if (auto it = busy_snapshots_.find(id); it != busy_snapshots_.end())
+    return Status::Error(Code::kFailedPrecondition, "job {} is using snapshot `{}`", it->second, id);
+  GPUSNAP_RETURN_IF_ERROR(store_.Load(id).status());
+  return store_.Remove(id);
+}
+
+}  // namespace gpusnap::agent

@@ -1,0 +1,106 @@
+// The agent's work, without HTTP: start checkpoint and restore jobs, keep
+// them in the journal, list and remove snapshots, and on start recover what
+// an agent that died left behind.
+//
+// Journal: <state dir>/jobs/<job id>.json, one record per job (agent/job.h),
+// rewritten atomically at every phase. The store's gpusnap.json files are the
+// snapshot catalog; the agent keeps no index of its own.
+//
+// Recovery (Open): an exclusive flock on <state dir>/agent.lock (a second
+// agent on the same state dir is refused); stale .tmp-* directories of the
+// store are removed (the store's own rule: their writer is gone); every job
+// record still running is marked failed, naming its phase; each process of a
+// checkpoint's source tree that is still the same process and is stopped
+// (left so by a dead agent) gets SIGCONT.
+//
+// Concurrency: one running capture per lock key (a container, or the root pid
+// of a tree); jobs on different keys run concurrently, each on its own thread.
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "agent/containers.h"
+#include "agent/job.h"
+#include "agent/metrics.h"
+#include "agent/request.h"
+#include "gpusnap/operations.h"
+#include "gpusnap/status.h"
+#include "store/store.h"
+
+namespace gpusnap::agent {
+
+struct ServiceOptions {
+  std::string store;                                   // default DefaultStore()
+  std::string state_dir;                               // default <store>/agent
+  std::string criu_bundle;                             // default: found
+  std::string kubelet_log_dir = "/var/log/containers";
+  int operation_timeout_s = 600;
+  size_t max_job_records = 1000;                       // finished records beyond this are pruned at start
+  std::function<void(const std::string&)> log;         // one line each
+};
+
+// What a started job answers with.
+struct Accepted {
+  std::string job_id;
+};
+// A refusal; `job_id` names the running job a 409 conflicts with.
+struct Refused {
+  ApiError error;
+  std::string job_id;
+};
+
+class Service {
+ public:
+  // Takes the state directory's lock and recovers (see above).
+  static Result<std::unique_ptr<Service>> Open(ServiceOptions options);
+  // Waits for running jobs to finish.
+  ~Service();
+
+  std::variant<Accepted, Refused> StartCheckpoint(const CheckpointRequest& request);
+  std::variant<Accepted, Refused> StartRestore(const RestoreRequest& request);
+
+  // kNotFound for an unknown id.
+  Result<Job> GetJob(const std::string& id) const;
+  std::vector<Job> ListJobs() const;  // newest first
+
+  Result<std::vector<SnapshotMeta>> ListSnapshots() const;
+  Result<SnapshotMeta> GetSnapshot(const std::string& id) const;
+  // kFailedPrecondition while a job writes or reads it.
+  Status DeleteSnapshot(const std::string& id);
+
+  const Metrics& metrics() const { return metrics_; }
+  std::vector<std::string> recovery_notes() const { return recovery_notes_; }
+  size_t RunningJobs() const;
+
+ private:
+  explicit Service(ServiceOptions options, Store store, UniqueFd lock);
+  void Recover();
+  std::variant<Accepted, Refused> Launch(Job job, std::function<Status(Job&)> work);
+  void RunJob(const std::string& id, const std::function<Status(Job&)>& work);
+  void OnProgress(const std::string& id, const ProgressEvent& event);
+  void Journal(const Job& job) const;
+  std::string JournalPath(const std::string& id) const;
+
+  ServiceOptions options_;
+  Store store_;
+  UniqueFd lock_;
+  Metrics metrics_;
+  std::vector<std::string> recovery_notes_;
+
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  std::map<std::string, Job> jobs_;                 // GUARDED_BY(mu_)
+  std::map<std::string, std::string> running_;      // lock key -> job id; GUARDED_BY(mu_)
+  std::map<std::string, std::string> busy_snapshots_;  // snapshot id -> job id; GUARDED_BY(mu_)
+};
+
+}  // namespace gpusnap::agent

@@ -1,0 +1,29 @@
+#include "agent/http_server.h"
+#include "cli/cli.h"
+
+namespace gpusnap::cli {
+
+void AddAgent(CLI::App& app, Context& ctx) {
+  auto* sub = app.add_subcommand("agent", "Serve the node agent's HTTP API (docs/AGENT.md)");
+  auto opts = std::make_shared<agent::AgentOptions>();
+  sub->add_option("--socket", opts->socket_path, "Unix socket (mode 0600; root only)")->capture_default_str();
+  sub->add_option("--listen", opts->listen, "Also serve TCP on HOST:PORT or :PORT (needs --token-file)");
+  sub->add_option("--token-file", opts->token_file, "Bearer token for TCP callers (a file of mode 0600)");
+  sub->add_option("--store", opts->service.store, "Snapshot store (default: $GPUSNAP_STORE or /var/lib/gpusnap)");
+  sub->add_option("--state-dir", opts->service.state_dir, "Job journal and lock (default: <store>/agent)");
+  sub->add_option("--criu", opts->service.criu_bundle, "CRIU bundle directory (default: found)");
+  sub->add_option("--kubelet-log-dir", opts->service.kubelet_log_dir,
+                  "The kubelet's container log links, to find a pod's container")
+      ->capture_default_str();
+  sub->add_option("--timeout", opts->service.operation_timeout_s, "Seconds a checkpoint or restore may take")
+      ->capture_default_str();
+  sub->add_option("--max-body-bytes", opts->max_body_bytes, "Larger requests get 413")->capture_default_str();
+  sub->add_option("--threads", opts->threads, "HTTP worker threads per listener")->capture_default_str();
+  sub->footer("Logs one line per job on stderr; stops on SIGINT or SIGTERM after running jobs finish.");
+  sub->callback([&ctx, opts] {
+    Status st = agent::RunAgent(*opts);
+    if (!st.ok()) ctx.Fail(st);
+  });
+}
+
+}  // namespace gpusnap::cli
