@@ -89,7 +89,9 @@ Result<std::string> ContainerIdOfPod(const std::string& log_dir, const PodRef& p
     if (name && name->pod == pod.name && name->namespace_name == pod.namespace_name && name->container == pod.container)
       candidates.push_back(name->container_id);
   }
-  if (ec) return Status::Error(Code::kNotFound, "cannot read the kubelet's log links in `{}`: {}", log_dir, ec.message());
+  if (ec)
+    return Status::Error(Code::kNotFound, "cannot find container `{}` of pod `{}/{}`: reading the kubelet's log links in `{}`: {}",
+                         pod.container, pod.namespace_name, pod.name, log_dir, ec.message());
   for (const auto& id : candidates)
     for (const auto& p : processes)
       if (p.container_id == id) return id;

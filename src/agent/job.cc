@@ -42,7 +42,8 @@ void Fail(Job& job, const std::string& error, const std::string& now) {
 
 Job Interrupted(Job job, bool snapshot_published, const std::string& now) {
   if (job.state != JobState::kRunning) return job;
-  std::string where = job.phase.empty() ? "before its first phase" : "in phase `" + job.phase + "`";
+  // `phase` is the last phase the operation reported finished.
+  std::string where = job.phase.empty() ? "before its first phase ended" : "after phase `" + job.phase + "`";
   std::string outcome;
   if (job.kind == "checkpoint")
     outcome = snapshot_published ? "; snapshot `" + job.snapshot + "` had been published whole"

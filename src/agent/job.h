@@ -5,7 +5,7 @@
 // States: running -> succeeded | failed. A job is created running; a phase
 // change or progress keeps it running; it ends exactly once. A record found
 // running when the agent starts belongs to an agent that died: Interrupted()
-// turns it into failed, naming the phase it died in.
+// turns it into failed, naming the last phase it finished.
 //
 // Pure: building, transitions and the record format do no I/O.
 #pragma once
@@ -35,7 +35,7 @@ struct Job {
   std::string id;                 // IsValidJobId
   std::string kind;               // "checkpoint" or "restore"
   JobState state = JobState::kRunning;
-  std::string phase;              // the phase now running (or the last one reached)
+  std::string phase;              // the last phase the operation reported finished
   std::string target;             // what it acts on, for humans: "pid 4711", "container 3f2a…", "snapshot x"
   std::string lock_key;           // one running capture per key ("container:<id>", "pid:<pid>")
   std::string created, finished;  // RFC 3339

@@ -37,7 +37,7 @@ TEST(Job, InterruptedNamesThePhaseAndTheOutcome) {
   ApplyProgress(j, "dump", 0, 0, false);
   Job after = Interrupted(j, false, "now");
   EXPECT_EQ(after.state, JobState::kFailed);
-  EXPECT_NE(after.error.find("phase `dump`"), std::string::npos) << after.error;
+  EXPECT_NE(after.error.find("after phase `dump`"), std::string::npos) << after.error;
   EXPECT_NE(after.error.find("no snapshot was published"), std::string::npos) << after.error;
   Job published = Interrupted(j, true, "now");
   EXPECT_NE(published.error.find("`s1` had been published"), std::string::npos) << published.error;
