@@ -16,7 +16,7 @@ namespace gpusnap {
 // Major version: a reader refuses any other. Minor: fields added since, each
 // optional with a written default.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 2;  // 1.1: `gpu`; 1.2: `digest`
+inline constexpr int kSchemaMinor = 3;  // 1.1: `gpu`; 1.2: `digest`; 1.3: `gpu.gpushare`
 
 struct SnapshotSource {
   std::string kind;                // "workload" (started by `gpusnap run`) or "pid"
@@ -47,6 +47,14 @@ struct SnapshotGpuState {
   std::vector<SnapshotGpu> gpus;   // the GPUs the tree's processes use
   std::vector<int> ns_pids;        // the GPU processes, as pids in their namespace
   std::vector<int> restore_tids;   // each one's driver restore thread, tid in its namespace
+  // The gpushare shim's part (docs/GPUSHARE.md), when the GPU processes load it:
+  // their device memory is in the chunk store, one manifest per process
+  // (gpu/<ns pid>.chunks in the snapshot), and each is reached at its control
+  // socket, whose name CRIU restores as it was.
+  bool gpushare = false;
+  std::string chunk_store;                  // the chunk store's root at checkpoint
+  std::vector<std::string> control_sockets; // abstract names, one per ns_pids entry
+  std::string shim;                         // the shim library the processes loaded
 };
 
 struct SnapshotMeta {

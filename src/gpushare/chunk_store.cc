@@ -165,35 +165,40 @@ Status ChunkStore::WriteChunk(const ChunkDigest& digest, const void* data, uint6
   return Status::Ok();
 }
 
-Result<ChunkedAllocation> ChunkStore::Save(const void* data, uint64_t size, uint64_t va, int32_t device,
-                                           SaveStats* stats) const {
-  ChunkedAllocation alloc;
-  alloc.va = va;
-  alloc.size = size;
-  alloc.device = device;
+Result<ChunkRef> ChunkStore::SaveChunk(const void* data, uint64_t length, SaveStats* stats) const {
+  ChunkRef ref;
+  ref.length = length;
   SaveStats local;
-  const char* p = static_cast<const char*>(data);
-  for (uint64_t off = 0; off < size; off += kChunkBytes) {
-    ChunkRef ref;
-    ref.length = std::min(kChunkBytes, size - off);
-    if (IsAllZero(p + off, ref.length)) {
-      ref.zero = true;
-      ++local.chunks_zero;
-    } else {
-      ref.digest = ComputeChunkDigest(p + off, ref.length);
-      bool written = false;
-      Status st = WriteChunk(ref.digest, p + off, ref.length, &written);
-      if (!st.ok()) return st.Wrap(fmt::format("saving allocation {:#x} chunk at offset {}", va, off));
-      ++(written ? local.chunks_written : local.chunks_present);
-      if (written) local.bytes_written += ref.length;
-    }
-    alloc.chunks.push_back(ref);
+  if (IsAllZero(data, length)) {
+    ref.zero = true;
+    ++local.chunks_zero;
+  } else {
+    ref.digest = ComputeChunkDigest(data, length);
+    bool written = false;
+    GPUSNAP_RETURN_IF_ERROR(WriteChunk(ref.digest, data, length, &written));
+    ++(written ? local.chunks_written : local.chunks_present);
+    if (written) local.bytes_written += length;
   }
   if (stats) {
     stats->chunks_written += local.chunks_written;
     stats->chunks_present += local.chunks_present;
     stats->chunks_zero += local.chunks_zero;
     stats->bytes_written += local.bytes_written;
+  }
+  return ref;
+}
+
+Result<ChunkedAllocation> ChunkStore::Save(const void* data, uint64_t size, uint64_t va, int32_t device,
+                                           SaveStats* stats) const {
+  ChunkedAllocation alloc;
+  alloc.va = va;
+  alloc.size = size;
+  alloc.device = device;
+  const char* p = static_cast<const char*>(data);
+  for (uint64_t off = 0; off < size; off += kChunkBytes) {
+    auto ref = SaveChunk(p + off, std::min(kChunkBytes, size - off), stats);
+    if (!ref.ok()) return ref.status().Wrap(fmt::format("saving allocation {:#x} chunk at offset {}", va, off));
+    alloc.chunks.push_back(*ref);
   }
   return alloc;
 }

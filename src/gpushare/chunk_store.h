@@ -96,6 +96,14 @@ class ChunkStore {
   // `dest` is unspecified.
   Status Load(const ChunkedAllocation& alloc, void* dest, uint64_t dest_size, unsigned threads = 1) const;
 
+  // One chunk at a time, for callers that stage chunks through their own
+  // buffers (the shim's pinned staging): SaveChunk stores `length` bytes
+  // (1..kChunkBytes) unless they are zero or present and returns the ref;
+  // LoadChunk fills `dest` (ref.length bytes) and checks the digest. Errors as
+  // Save and Load.
+  Result<ChunkRef> SaveChunk(const void* data, uint64_t length, SaveStats* stats = nullptr) const;
+  Status LoadChunk(const ChunkRef& ref, void* dest) const { return ReadChunk(ref, static_cast<char*>(dest)); }
+
  private:
   explicit ChunkStore(std::string root) : root_(std::move(root)) {}
   Status WriteChunk(const ChunkDigest& digest, const void* data, uint64_t size, bool* written) const;

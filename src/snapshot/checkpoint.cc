@@ -25,6 +25,7 @@
 #include "criu/operation.h"
 #include "criu/options.h"
 #include "ns/proc.h"
+#include "gpushare/tree.h"
 #include "snapshot/gpu.h"
 #include "gpusnap/operations.h"
 #include "snapshot/container_files.h"
@@ -92,6 +93,14 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
     }
     gpu_state = gpu::Describe(*driver, visible, gpu_pids, ns_pids, kernel_driver);
   }
+  // With the gpushare shim in the GPU processes, their device memory goes to
+  // the chunk store instead of through the driver's checkpoint.
+  GPUSNAP_ASSIGN_OR_RETURN(auto shim_procs, gpushare::FindShimProcesses(gpu_pids));
+  if (!shim_procs.empty()) {
+    gpu_state->gpushare = true;
+    gpu_state->shim = gpushare::MappedShimPath(gpu_pids.front());
+    for (const auto& p : shim_procs) gpu_state->control_sockets.push_back(p.socket);
+  }
   phases.Done();
 
   // 2. A private, locked directory in the store; stale ones of crashed runs go.
@@ -104,6 +113,7 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   SnapshotMeta meta = DescribeSource(target, id, fmt::format("{}.{}", features.version_major, features.version_minor),
                                      options.tcp_established);
   meta.gpu = gpu_state;
+  if (meta.gpu && meta.gpu->gpushare) meta.gpu->chunk_store = store.root();
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kConfigDump, ConfigDumpJson(meta, target.started)));
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kSpecDump, SpecDumpJson(meta)));
   std::string images = pending.dir() + "/" + format::kCheckpointDir;
@@ -144,11 +154,32 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
     return Status::Ok();
   };
   PauseIfRequested("dump");
+  // The manifests move with the snapshot when it is published.
+  auto manifest_dir = [&] { return (published ? store.SnapshotDir(id) : pending.dir()) + "/" + format::kGpuDir; };
+  auto load_gpushare = [&]() -> Status {
+    if (shim_procs.empty()) return Status::Ok();
+    std::map<std::string, double> ignored;
+    return gpushare::LoadAll(shim_procs, store.root(), manifest_dir(), ignored)
+        .Wrap("bringing back the device memory of the GPU processes");
+  };
+  if (!shim_procs.empty()) {
+    phases.Start("gpushare-release");
+    std::string dir = manifest_dir();
+    if (::mkdir(dir.c_str(), 0700) != 0) return Status::Errno(errno, "creating `{}`", dir);
+    GPUSNAP_RETURN_IF_ERROR(gpushare::ReleaseAll(shim_procs, store.root(), dir, options.gpu_lock_timeout_ms,
+                                                 phases.timings())
+                                .Wrap("releasing the device memory of the GPU processes"));
+    phases.Done();
+  }
   std::vector<pid_t> restore_tids;
   if (driver) {
     phases.Start("gpu-suspend");
     auto tids = gpu::Suspend(*driver, gpu_pids, options.gpu_lock_timeout_ms, phases.timings());
-    if (!tids.ok()) return tids.status().Wrap("suspending the GPU processes");
+    if (!tids.ok()) {
+      if (Status st = load_gpushare(); !st.ok())
+        return tids.status().Wrap(fmt::format("suspending the GPU processes (and then {})", st.message()));
+      return tids.status().Wrap("suspending the GPU processes");
+    }
     restore_tids = *tids;
     meta.gpu->restore_tids.assign(restore_tids.begin(), restore_tids.end());
     phases.Done();
@@ -157,7 +188,9 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   auto resume_gpu = [&]() -> Status {
     if (!driver) return Status::Ok();
     std::map<std::string, double> ignored;
-    return gpu::Resume(*driver, gpu_pids, restore_tids, {}, ignored).Wrap("resuming the GPU processes");
+    GPUSNAP_RETURN_IF_ERROR(
+        gpu::Resume(*driver, gpu_pids, restore_tids, {}, ignored).Wrap("resuming the GPU processes"));
+    return load_gpushare();
   };
   phases.Start("dump");
   auto resp = criu::Run(dump);

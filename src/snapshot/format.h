@@ -15,6 +15,7 @@ namespace gpusnap::format {
 
 inline constexpr const char* kMetaFile = "gpusnap.json";
 inline constexpr const char* kCheckpointDir = "checkpoint";
+inline constexpr const char* kGpuDir = "gpu";  // gpushare manifests, <ns pid>.chunks
 inline constexpr const char* kConfigDump = "config.dump";
 inline constexpr const char* kSpecDump = "spec.dump";
 inline constexpr const char* kDumpLog = "dump.log";

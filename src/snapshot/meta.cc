@@ -52,6 +52,10 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
                 {"gpus", gpus},
                 {"ns_pids", m.gpu->ns_pids},
                 {"restore_tids", m.gpu->restore_tids}};
+    if (m.gpu->gpushare)
+      j["gpu"]["gpushare"] = {{"chunk_store", m.gpu->chunk_store},
+                              {"control_sockets", m.gpu->control_sockets},
+                              {"shim", m.gpu->shim}};
   }
   return j.dump(2) + "\n";
 }
@@ -143,6 +147,15 @@ Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
     r.Get(*g, "cuda_version", gs.cuda_version);
     r.Get(*g, "ns_pids", gs.ns_pids);
     r.Get(*g, "restore_tids", gs.restore_tids);
+    if (auto share = g->find("gpushare"); share != g->end()) {
+      gs.gpushare = true;
+      r.Get(*share, "chunk_store", gs.chunk_store);
+      r.Get(*share, "control_sockets", gs.control_sockets);
+      r.Get(*share, "shim", gs.shim, false);
+      if (r.failure_.empty() && gs.control_sockets.size() != gs.ns_pids.size())
+        r.failure_ = fmt::format("gpu.gpushare has {} control sockets for {} GPU processes",
+                                 gs.control_sockets.size(), gs.ns_pids.size());
+    }
     json gpus;
     r.Get(*g, "gpus", gpus);
     for (const auto& item : gpus.is_array() ? gpus : json::array()) {

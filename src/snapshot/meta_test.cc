@@ -34,7 +34,7 @@ TEST(SnapshotMeta, RoundTrips) {
 
 TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.2\""), 5, "\"2.0\"");
+  json.replace(json.find("\"1.3\""), 5, "\"2.0\"");
   auto parsed = SnapshotMetaFromJson(json);
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), Code::kNotSupported);
@@ -44,7 +44,7 @@ TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
 
 TEST(SnapshotMeta, NewerMinorVersionIsRead) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.2\""), 5, "\"1.7\"");
+  json.replace(json.find("\"1.3\""), 5, "\"1.7\"");
   auto parsed = SnapshotMetaFromJson(json);
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(parsed->schema_minor, 7);
@@ -110,7 +110,7 @@ TEST(SnapshotMeta, GpuStateRoundTrips) {
   m.created = "2026-11-29T23:30:00.000Z";
   m.source.kind = "pid";
   m.criu_version = "4.3";
-  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-0123", "NVIDIA H200", 9, 0, 150ull << 30}}, {2, 5}, {7, 9}};
+  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-0123", "NVIDIA H200", 9, 0, 150ull << 30}}, {2, 5}, {7, 9}, false, "", {}, ""};
   auto parsed = SnapshotMetaFromJson(SnapshotMetaToJson(m));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_TRUE(parsed->gpu.has_value());
@@ -119,6 +119,32 @@ TEST(SnapshotMeta, GpuStateRoundTrips) {
   ASSERT_EQ(parsed->gpu->gpus.size(), 1u);
   EXPECT_EQ(parsed->gpu->gpus[0].cc_major, 9);
   EXPECT_EQ(parsed->gpu->gpus[0].uuid, "GPU-0123");
+}
+
+TEST(SnapshotMeta, GpushareStateRoundTripsAndMustNameASocketPerProcess) {
+  SnapshotMeta m;
+  m.id = "g-2";
+  m.created = "2026-11-30T03:00:00.000Z";
+  m.source.kind = "pid";
+  m.criu_version = "4.3";
+  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-0123", "NVIDIA H200", 9, 0, 150ull << 30}}, {2}, {7}, false, "", {}, ""};
+  EXPECT_EQ(SnapshotMetaToJson(m).find("gpushare"), std::string::npos);
+  m.gpu->gpushare = true;
+  m.gpu->chunk_store = "/var/lib/gpusnap";
+  m.gpu->control_sockets = {"gpusnap-gpushare.4026532301.2"};
+  m.gpu->shim = "/usr/local/lib/gpusnap/libgpusnap_gpushare.so";
+  std::string json = SnapshotMetaToJson(m);
+  auto parsed = SnapshotMetaFromJson(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_TRUE(parsed->gpu->gpushare);
+  EXPECT_EQ(parsed->gpu->chunk_store, "/var/lib/gpusnap");
+  EXPECT_EQ(parsed->gpu->control_sockets, m.gpu->control_sockets);
+  EXPECT_EQ(parsed->gpu->shim, m.gpu->shim);
+
+  m.gpu->control_sockets.push_back("gpusnap-gpushare.4026532301.3");
+  auto bad = SnapshotMetaFromJson(SnapshotMetaToJson(m));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("2 control sockets for 1 GPU processes"), std::string::npos);
 }
 
 TEST(SnapshotMeta, CpuSnapshotHasNoGpuState) {

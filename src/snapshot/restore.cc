@@ -26,6 +26,7 @@
 #include "gpusnap/operations.h"
 #include "ns/proc.h"
 #include "ns/reaper.h"
+#include "gpushare/tree.h"
 #include "snapshot/gpu.h"
 #include "snapshot/format.h"
 #include "snapshot/phases.h"
@@ -110,6 +111,10 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
     GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
     GPUSNAP_ASSIGN_OR_RETURN(gpu_map, gpu::PlanGpuMap(*meta.gpu, here, options.gpu_map, options.gpus));
     GPUSNAP_RETURN_IF_ERROR(gpu::CheckCompatible(*meta.gpu, here, kernel_driver, gpu_map).Wrap("refusing to restore"));
+    if (meta.gpu->gpushare)
+      GPUSNAP_RETURN_IF_ERROR(gpushare::CheckManifests(store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
+                                                       meta.gpu->ns_pids)
+                                  .Wrap("refusing to restore"));
   } else if (!options.gpu_map.empty() || !options.gpus.empty()) {
     return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no GPU state; --gpu-map and --gpus do not apply",
                          meta.id);
@@ -163,6 +168,21 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
     }
     if (options.progress)
       options.progress({"gpu-restore", phases.timings()["gpu-restore"] + phases.timings()["gpu-unlock"], 0, true});
+    if (meta.gpu->gpushare) {
+      // The driver restored the contexts with the device memory left out; the
+      // shims now load it from the chunk store, then let their held work go.
+      phases.Start("gpushare-load");
+      std::vector<gpushare::ShimProcess> procs;
+      for (size_t i = 0; i < gpu_pids.size(); ++i)
+        procs.push_back({gpu_pids[i], meta.gpu->ns_pids[i], meta.gpu->control_sockets[i]});
+      Status loaded = gpushare::LoadAll(procs, store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
+                                        phases.timings());
+      if (!loaded.ok()) {
+        ::kill(reaper.reaper_pid, SIGTERM);
+        return loaded.Wrap(fmt::format("restore of `{}` failed", meta.id));
+      }
+      phases.Done();
+    }
   }
 
   // 4. Record it.

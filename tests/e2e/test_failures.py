@@ -177,7 +177,7 @@ class BadSnapshots(GpusnapCase):
     def test_unknown_schema_version(self):
         meta = os.path.join(self.dir, "gpusnap.json")
         with open(meta) as f:
-            text = f.read().replace('"schema_version": "1.2"', '"schema_version": "9.0"')
+            text = f.read().replace('"schema_version": "1.3"', '"schema_version": "9.0"')
         with open(meta, "w") as f:
             f.write(text)
         self.assert_refused("schema version 9.0 is not supported")

@@ -1,0 +1,125 @@
+#include "gpushare/shim/control_server.h"
+
+#include <pthread.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "gpushare/protocol.h"
+#include "gpushare/shim/device_memory.h"
+
+namespace gpusnap::gpushare {
+namespace {
+
+std::mutex g_mu;
+bool g_started = false;  // GUARDED_BY(g_mu)
+int g_listen_fd = -1;    // GUARDED_BY(g_mu)
+
+uint64_t PidNamespaceInode(pid_t pid) {
+  struct stat st{};
+  std::string path = pid == 0 ? "/proc/self/ns/pid" : "/proc/" + std::to_string(pid) + "/ns/pid";
+  return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+std::string Handle(const std::string& line) {
+  auto req = ParseControlRequest(line);
+  if (!req.ok()) return FormatControlError(req.status().message());
+  DeviceMemory& memory = DeviceMemory::Get();
+  if (!Real().missing.empty() && req->command != ShimCommand::kState)
+    return FormatControlError("the CUDA driver lacks " + Real().missing);
+  Status st;
+  switch (req->command) {
+    case ShimCommand::kState: break;
+    case ShimCommand::kQuiesce: st = memory.Quiesce(req->timeout_ms); break;
+    case ShimCommand::kRelease: st = memory.Release(req->chunk_store, req->manifest); break;
+    case ShimCommand::kLoad: st = memory.Load(req->chunk_store, req->manifest); break;
+    case ShimCommand::kResume: st = memory.Resume(); break;
+  }
+  if (!st.ok()) return FormatControlError(st.message());
+  return FormatControlReply(memory.Describe());
+}
+
+void Serve(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return;
+  // A peer outside our pid namespace shows as pid 0 here.
+  bool same_ns = cred.pid > 0 && PidNamespaceInode(cred.pid) == PidNamespaceInode(0);
+  std::string reply;
+  if (!ControlPeerAllowed(cred.uid, ::geteuid(), same_ns)) {
+    reply = FormatControlError("permission denied: only root or this process's user in its pid namespace");
+  } else {
+    timeval tv{30, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    std::string line;
+    char buf[4096];
+    while (line.find('\n') == std::string::npos && line.size() < 65536) {
+      ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      line.append(buf, static_cast<size_t>(n));
+    }
+    if (line.find('\n') == std::string::npos) return;  // the peer left, or sent too much
+    reply = Handle(line.substr(0, line.find('\n')));
+  }
+  for (size_t off = 0; off < reply.size();) {
+    ssize_t n = ::send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+}
+
+void Loop(int listen_fd) {
+  for (;;) {
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EBADF || errno == EINVAL) return;  // closed in a forked child
+      ::usleep(10000);
+      continue;
+    }
+    Serve(fd);
+    ::close(fd);
+  }
+}
+
+void ForgetInChild() {
+  // The thread did not come along with fork; the socket belongs to the parent.
+  if (g_listen_fd >= 0) ::close(g_listen_fd);
+  g_listen_fd = -1;
+  g_started = false;
+}
+
+}  // namespace
+
+void StartControlServer() {
+  std::lock_guard lock(g_mu);
+  if (g_started) return;
+  g_started = true;
+  static std::once_flag atfork;
+  std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, ForgetInChild); });
+
+  std::string name = ControlSocketName(PidNamespaceInode(0), ::getpid());
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), std::min(name.size(), sizeof(addr.sun_path) - 2));
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 8) != 0) {
+    std::fprintf(stderr, "gpusnap-gpushare: no control socket @%s: %s\n", name.c_str(), std::strerror(errno));
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  g_listen_fd = fd;
+  std::thread(Loop, fd).detach();
+}
+
+}  // namespace gpusnap::gpushare
