@@ -32,7 +32,13 @@ struct RunOptions {
   std::string name;              // REQUIRES: [A-Za-z0-9._-]{1,40}, not starting with '.'
   std::vector<std::string> argv; // REQUIRES: non-empty
   std::string log;               // default: <run dir>/logs/<name>.log
+  bool gpushare = false;         // preload the gpushare shim (GpushareShimPath) into the workload
 };
+
+// The gpushare shim library: $GPUSNAP_GPUSHARE_LIB, else libgpusnap_gpushare.so
+// beside the gpusnap binary, else in ../lib/gpusnap from it. kNotFound naming
+// the places looked at.
+Result<std::string> GpushareShimPath();
 
 std::string RunDir();
 

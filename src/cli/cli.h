@@ -36,6 +36,7 @@ void AddVersion(CLI::App& app, Context& ctx);
 void AddWebhook(CLI::App& app, Context& ctx);
 void AddAgent(CLI::App& app, Context& ctx);
 void AddCuda(CLI::App& app, Context& ctx);      // cuda state|lock|checkpoint|...|gpus
+void AddGpushare(CLI::App& app, Context& ctx);  // gpushare state|suspend|resume
 
 nlohmann::json ToJson(const Workload& w);
 std::string HumanBytes(uint64_t bytes);

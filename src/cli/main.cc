@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   gpusnap::cli::AddWebhook(app, ctx);
   gpusnap::cli::AddAgent(app, ctx);
   gpusnap::cli::AddCuda(app, ctx);
+  gpusnap::cli::AddGpushare(app, ctx);
   CLI11_PARSE(app, argc, argv);
   return ctx.exit_code;
 }

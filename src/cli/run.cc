@@ -30,6 +30,8 @@ void AddRun(CLI::App& app, Context& ctx) {
   auto opts = std::make_shared<RunOptions>();
   sub->add_option("--name", opts->name, "Workload name (letters, digits, . _ -)")->required();
   sub->add_option("--log", opts->log, "File for the command's stdout and stderr (default: <run dir>/logs/NAME.log)");
+  sub->add_flag("--gpushare", opts->gpushare,
+                "Preload the gpushare shim: device memory is then checkpointed through the chunk store");
   sub->add_option("command", opts->argv, "The command and its arguments (after --)")->required();
   sub->footer("Example: gpusnap run --name counter -- python3 -u count.py\nPrints the workload's host pid.");
   sub->callback([&ctx, opts] {

@@ -203,6 +203,70 @@ Status CheckManifests(const std::string& chunk_store, const std::string& manifes
   return Status::Ok();
 }
 
+Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids) {
+  std::vector<ShimProcess> out;
+  for (pid_t p : pids) {
+    if (!proc::Exists(p)) return Status::Error(Code::kNotFound, "no process with pid {}", p);
+    if (MappedShimPath(p).empty())
+      return Status::Error(Code::kFailedPrecondition, "pid {} does not load the gpushare shim ({})", p, kShimLibraryName);
+    GPUSNAP_ASSIGN_OR_RETURN(auto nspids, proc::NsPids(p));
+    out.push_back({p, nspids.back(), ControlSocketName(proc::NamespaceId(p, "pid"), nspids.back())});
+  }
+  return out;
+}
+
+std::string SuspendedDir(const std::string& store, const ShimProcess& p) {
+  return fmt::format("{}/suspended/{}", store, p.pid);
+}
+
+Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,
+                      std::map<std::string, double>& timings) {
+  for (const ShimProcess& p : procs) GPUSNAP_RETURN_IF_ERROR(MakeDirs(SuspendedDir(store, p), 0700));
+  // Each process keeps its manifest in a directory of its own.
+  auto t0 = Clock::now();
+  std::vector<Status> quiesced = OnEach(procs, [&](const ShimProcess& p) {
+    return Command(p, ShimCommand::kQuiesce, "", "", quiesce_timeout_ms);
+  });
+  timings["gpushare-quiesce"] = SecondsSince(t0);
+  if (Status st = FirstError(quiesced); !st.ok()) {
+    OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
+    return st;
+  }
+  auto t1 = Clock::now();
+  std::vector<Status> released = OnEach(procs, [&](const ShimProcess& p) {
+    return Command(p, ShimCommand::kRelease, store, ManifestPath(SuspendedDir(store, p), p));
+  });
+  timings["gpushare-release"] = SecondsSince(t1);
+  if (Status st = FirstError(released); !st.ok()) {
+    OnEach(procs, [&](const ShimProcess& p) {
+      size_t i = static_cast<size_t>(&p - procs.data());
+      if (released[i].ok())
+        GPUSNAP_RETURN_IF_ERROR(Command(p, ShimCommand::kLoad, store, ManifestPath(SuspendedDir(store, p), p)));
+      return Command(p, ShimCommand::kResume);
+    });
+    return st;
+  }
+  return Status::Ok();
+}
+
+Status ResumeInPlace(const std::vector<ShimProcess>& procs, const std::string& store,
+                     std::map<std::string, double>& timings) {
+  auto t0 = Clock::now();
+  std::vector<Status> loaded = OnEach(procs, [&](const ShimProcess& p) -> Status {
+    GPUSNAP_ASSIGN_OR_RETURN(auto state, Send(p, {ShimCommand::kState, "", "", 10000}, 30000));
+    if (state.value("state", "") != "released") return Status::Ok();
+    GPUSNAP_RETURN_IF_ERROR(Command(p, ShimCommand::kLoad, store, ManifestPath(SuspendedDir(store, p), p)));
+    (void)RemoveTree(SuspendedDir(store, p));
+    return Status::Ok();
+  });
+  timings["gpushare-load"] = SecondsSince(t0);
+  GPUSNAP_RETURN_IF_ERROR(FirstError(loaded));
+  auto t1 = Clock::now();
+  Status st = ResumeAll(procs);
+  timings["gpushare-resume"] = SecondsSince(t1);
+  return st;
+}
+
 Status ResumeAll(const std::vector<ShimProcess>& procs) {
   return FirstError(OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); }));
 }

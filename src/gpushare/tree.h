@@ -61,6 +61,16 @@ Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_s
 // its size (the bytes are checked against their digests as they load).
 Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids);
 
+// `gpusnap gpushare suspend|resume`: the processes `pids` (each must load the
+// shim) give up their device memory in place, into `store`'s chunk store with
+// the manifests under <store>/suspended/<pid>/, and take it back.
+Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids);
+std::string SuspendedDir(const std::string& store, const ShimProcess& p);
+Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,
+                      std::map<std::string, double>& timings);
+Status ResumeInPlace(const std::vector<ShimProcess>& procs, const std::string& store,
+                     std::map<std::string, double>& timings);
+
 // Resume every process (after a quiesce only).
 Status ResumeAll(const std::vector<ShimProcess>& procs);
 

@@ -39,8 +39,14 @@ void ReportError(int fd, const char* what, int err) {
   Report(fd, line);
 }
 
-[[noreturn]] void RunWorkload(char** argv, const char* log_path, int errpipe) {
+[[noreturn]] void RunWorkload(char** argv, const char* log_path, const char* preload, int errpipe) {
   ::setsid();
+  if (preload != nullptr) {
+    // In front of anything the caller preloads already: the shim must see cuInit first.
+    const char* old = ::getenv("LD_PRELOAD");
+    std::string value = old && *old ? std::string(preload) + ":" + old : preload;
+    ::setenv("LD_PRELOAD", value.c_str(), 1);
+  }
   int log = ::open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
   int null = ::open("/dev/null", O_RDONLY);
   if (log < 0 || null < 0) {
@@ -91,6 +97,7 @@ int ReaperMain(int argc, char** argv) {
   int status_fd = -1, hold_fd = -1;
   const char* log_path = "/dev/null";
   const char* ns_last_pid = nullptr;
+  const char* preload = nullptr;
   int i = 0;
   for (; i < argc; ++i) {
     std::string a = argv[i];
@@ -98,6 +105,7 @@ int ReaperMain(int argc, char** argv) {
     else if (a == "--hold-fd" && i + 1 < argc) hold_fd = std::atoi(argv[++i]);
     else if (a == "--log" && i + 1 < argc) log_path = argv[++i];
     else if (a == "--ns-last-pid" && i + 1 < argc) ns_last_pid = argv[++i];
+    else if (a == "--preload" && i + 1 < argc) preload = argv[++i];
     else if (a == "--") { ++i; break; }
   }
   ::prctl(PR_SET_NAME, "gpusnap-reaper");
@@ -114,7 +122,7 @@ int ReaperMain(int argc, char** argv) {
       ReportError(status_fd, "fork", errno);
       return 1;
     }
-    if (w == 0) RunWorkload(argv + i, log_path, errpipe[1]);
+    if (w == 0) RunWorkload(argv + i, log_path, preload, errpipe[1]);
     ::close(errpipe[1]);
     int err = 0;
     if (::read(errpipe[0], &err, sizeof err) == sizeof err) {
@@ -180,6 +188,7 @@ Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec) {
     args.insert(args.end(), {"--hold-fd", std::to_string(hold_rd.get())});
     if (spec.ns_last_pid > 0) args.insert(args.end(), {"--ns-last-pid", std::to_string(spec.ns_last_pid)});
   } else {
+    if (!spec.preload.empty()) args.insert(args.end(), {"--preload", spec.preload});
     args.insert(args.end(), {"--log", spec.log_path, "--"});
     args.insert(args.end(), spec.workload_argv.begin(), spec.workload_argv.end());
   }

@@ -28,6 +28,7 @@ struct ReaperSpec {
   std::vector<std::string> workload_argv;  // empty: hold mode
   std::string log_path;                    // REQUIRES (run): absolute; opened for append
   int ns_last_pid = 0;                     // hold: the namespace's next pids start above this
+  std::string preload;                     // run: a library put first in the workload's LD_PRELOAD
 };
 
 struct SpawnedReaper {

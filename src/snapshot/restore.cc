@@ -123,7 +123,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
 
   // 2. The namespace.
   phases.Start("namespace");
-  GPUSNAP_ASSIGN_OR_RETURN(auto reaper, ns::SpawnReaper({.workload_argv = {}, .log_path = "", .ns_last_pid = HighNsLastPid()}));
+  GPUSNAP_ASSIGN_OR_RETURN(auto reaper, ns::SpawnReaper({.workload_argv = {}, .log_path = "", .ns_last_pid = HighNsLastPid(), .preload = ""}));
   phases.Done();
 
   // 3. CRIU.

@@ -88,6 +88,23 @@ Result<Workload> FindWorkload(const std::string& name) {
   return w;
 }
 
+Result<std::string> GpushareShimPath() {
+  if (const char* env = std::getenv("GPUSNAP_GPUSHARE_LIB"); env && *env) {
+    if (::access(env, R_OK) != 0) return Status::Errno(errno, "GPUSNAP_GPUSHARE_LIB `{}`", env);
+    return std::filesystem::absolute(env).string();
+  }
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return Status::Errno(ec.value(), "finding the gpusnap binary");
+  std::vector<std::filesystem::path> candidates{self.parent_path() / "libgpusnap_gpushare.so",
+                                                self.parent_path() / "../lib/gpusnap/libgpusnap_gpushare.so"};
+  for (const auto& c : candidates) {
+    if (::access(c.c_str(), R_OK) == 0) return std::filesystem::weakly_canonical(c).string();
+  }
+  return Status::Error(Code::kNotFound, "the gpushare shim is neither at `{}` nor at `{}` (set GPUSNAP_GPUSHARE_LIB)",
+                       candidates[0].string(), candidates[1].string());
+}
+
 Result<Workload> RunWorkload(const RunOptions& options) {
   if (!IsValidWorkloadName(options.name))
     return Status::Error(Code::kInvalidArgument,
@@ -101,7 +118,11 @@ Result<Workload> RunWorkload(const RunOptions& options) {
     log = RunDir() + "/logs/" + options.name + ".log";
   }
   log = std::filesystem::absolute(log).string();
-  GPUSNAP_ASSIGN_OR_RETURN(auto spawned, ns::SpawnReaper({options.argv, log}));
+  std::string preload;
+  if (options.gpushare) {
+    GPUSNAP_ASSIGN_OR_RETURN(preload, GpushareShimPath());
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(auto spawned, ns::SpawnReaper({options.argv, log, 0, preload}));
   Workload w;
   w.name = options.name;
   w.pid = spawned.workload_pid;

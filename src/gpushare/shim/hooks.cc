@@ -200,8 +200,23 @@ constexpr GatedName kGated[] = {
     {"cuStreamWriteValue64", &WrapGated<StreamValue64>},
 };
 
+// Whether `p` is in this library: a driver whose own symbol references are
+// interposable hands our exported functions back as "the driver's".
+bool IsInShim(void* p) {
+  Dl_info mine{}, theirs{};
+  static int anchor;
+  return dladdr(&anchor, &mine) != 0 && dladdr(p, &theirs) != 0 && mine.dli_fbase == theirs.dli_fbase;
+}
+
 void* HookFor(const char* name, void* real) {
   if (name == nullptr || real == nullptr || name[0] != 'c' || name[1] != 'u') return real;
+  if (IsInShim(real)) {
+    // One of our exports: the driver's function of the same symbol.
+    Dl_info info{};
+    const char* symbol = dladdr(real, &info) != 0 && info.dli_sname != nullptr ? info.dli_sname : name;
+    real = LibcudaSymbol(symbol);
+    if (real == nullptr || IsInShim(real)) return nullptr;
+  }
   std::string_view full(name);
   std::string_view base = BaseName(full);
   if (full == "cuInit") return Special(g_real_init, real, reinterpret_cast<void*>(&HookInit));
