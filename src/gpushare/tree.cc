@@ -7,7 +7,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <future>
 #include <thread>
 
@@ -81,6 +84,30 @@ std::string MappedShimPath(pid_t pid) {
   return "";
 }
 
+// The name of the control socket `pid` listens on: from its own socket
+// descriptors and its network namespace's unix socket table, because after a
+// restore the name (made in the first pid namespace) no longer matches the
+// namespace the process is in.
+std::string ListeningControlSocket(pid_t pid) {
+  std::set<std::string> inodes;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (!ec && target.starts_with("socket:[")) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::ifstream table("/proc/" + std::to_string(pid) + "/net/unix");
+  std::string line;
+  const std::string prefix = "@gpusnap-gpushare.";
+  while (std::getline(table, line)) {
+    // Num RefCount Protocol Flags Type St Inode Path
+    std::istringstream fields(line);
+    std::string num, refs, protocol, flags, type, state, inode, path;
+    if (!(fields >> num >> refs >> protocol >> flags >> type >> state >> inode >> path)) continue;
+    if (inodes.count(inode) != 0 && path.starts_with(prefix)) return path.substr(1);
+  }
+  return "";
+}
+
 Result<std::vector<ShimProcess>> FindShimProcesses(const std::vector<pid_t>& gpu_pids) {
   std::vector<bool> maps;
   for (pid_t p : gpu_pids) maps.push_back(!MappedShimPath(p).empty());
@@ -89,9 +116,11 @@ Result<std::vector<ShimProcess>> FindShimProcesses(const std::vector<pid_t>& gpu
   if (!use) return out;
   for (pid_t p : gpu_pids) {
     GPUSNAP_ASSIGN_OR_RETURN(auto nspids, proc::NsPids(p));
-    uint64_t ns = proc::NamespaceId(p, "pid");
-    if (ns == 0) return Status::Error(Code::kNotFound, "pid {} is gone", p);
-    out.push_back({p, nspids.back(), ControlSocketName(ns, nspids.back())});
+    std::string socket = ListeningControlSocket(p);
+    if (socket.empty())
+      return Status::Error(Code::kFailedPrecondition,
+                           "GPU process {} loads the gpushare shim but listens on no control socket (see its log)", p);
+    out.push_back({p, nspids.back(), socket});
   }
   return out;
 }
@@ -210,7 +239,11 @@ Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids)
     if (MappedShimPath(p).empty())
       return Status::Error(Code::kFailedPrecondition, "pid {} does not load the gpushare shim ({})", p, kShimLibraryName);
     GPUSNAP_ASSIGN_OR_RETURN(auto nspids, proc::NsPids(p));
-    out.push_back({p, nspids.back(), ControlSocketName(proc::NamespaceId(p, "pid"), nspids.back())});
+    std::string socket = ListeningControlSocket(p);
+    if (socket.empty())
+      return Status::Error(Code::kFailedPrecondition,
+                           "pid {} loads the gpushare shim but listens on no control socket (has it called cuInit?)", p);
+    out.push_back({p, nspids.back(), socket});
   }
   return out;
 }

@@ -75,6 +75,14 @@ void Serve(int fd) {
     if (n <= 0) break;
     off += static_cast<size_t>(n);
   }
+  // Closing with the peer's request unread would reset the connection before
+  // the peer reads our answer: say we are done, then take what it sent, briefly.
+  ::shutdown(fd, SHUT_WR);
+  timeval brief{0, 100000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &brief, sizeof(brief));
+  char sink[4096];
+  for (int i = 0; i < 16 && ::read(fd, sink, sizeof(sink)) > 0; ++i) {
+  }
 }
 
 void Loop(int listen_fd) {

@@ -1,0 +1,233 @@
+"""The gpushare shim end to end without a GPU: vmm_worker (which reaches the
+driver as cudart does, through cuGetProcAddress_v2) runs under
+`gpusnap run --gpushare` against the fake libcuda, so the real shim, its
+control socket, the chunk store, CRIU and gpusnap's checkpoint/restore steps
+all run as in production; only the driver underneath is the CPU fake."""
+import json
+import os
+import re
+import socket
+import subprocess
+import time
+import unittest
+import uuid
+
+from harness import GPUSNAP, GpusnapCase
+
+BUILD = os.path.dirname(GPUSNAP)
+FAKE_DIR = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(BUILD, "fakes"))
+WORKLOADS = os.environ.get("GPUSNAP_WORKLOADS", os.path.join(BUILD, "workloads"))
+WORKER = os.path.join(WORKLOADS, "vmm_worker")
+SHIM = os.path.join(BUILD, "libgpusnap_gpushare.so")
+MIB = 1 << 20
+# 70 MiB (two chunks, the second short), 5 MiB, 1 MiB (below the VMM
+# threshold: stays with the driver), and 64 MiB that stay zero.
+WORKER_ARGS = ["--mib", "70,5,1", "--zero-mib", "64", "--interval-ms", "20", "--full-every", "1"]
+DEVICE_BYTES = (70 + 6 + 64) * MIB  # as the shim maps them: 5 MiB rounds up to 6
+
+
+class GpushareFake(GpusnapCase):
+    def setUp(self):
+        super().setUp()
+        for path, target in ((os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"), (WORKER, "wl_vmm_worker"),
+                             (SHIM, "gpusnap_gpushare")):
+            if not os.path.exists(path):
+                self.skipTest(f"no {path} (build target {target})")
+        # What makes gpusnap take the worker for a GPU process on a machine without one.
+        self.device = f"/dev/nvidia-gpusnap-test-{uuid.uuid4().hex[:8]}"
+        with open(self.device, "wb") as f:
+            f.write(b"\0" * 4096)
+        self.addCleanup(os.unlink, self.device)
+        nvproc = os.path.join(self.tmp, "nvidia")
+        os.makedirs(nvproc)
+        with open(os.path.join(nvproc, "version"), "w") as f:
+            f.write("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Jan  1 00:00:00 UTC 2026\n")
+        self.fail_file = os.path.join(self.tmp, "fail")
+        open(self.fail_file, "w").close()
+        self.calls_log = os.path.join(self.tmp, "calls.log")
+        env = {k: v for k, v in self.env.items() if not k.startswith("FAKE_CUDA_")}
+        self.env = dict(env, LD_LIBRARY_PATH=FAKE_DIR, FAKE_CUDA_STATE_FILE=os.path.join(self.tmp, "states"),
+                        FAKE_CUDA_FAIL_FILE=self.fail_file, FAKE_CUDA_LOG=self.calls_log,
+                        GPUSNAP_NVIDIA_PROC_DIR=nvproc)
+        self.output = os.path.join(self.run_dir, "logs", "vmm.log")
+
+    # --- the worker -----------------------------------------------------------
+    def start(self, gpushare=True):
+        flag = ["--gpushare"] if gpushare else []
+        pid = int(self.gs("run", *flag, "--name", "vmm", "--", WORKER, *WORKER_ARGS, "--device-file", self.device)
+                  .stdout.strip())
+        self.wait_steps(3)
+        return pid
+
+    def steps(self):
+        with open(self.output) as f:
+            text = f.read()
+        self.assertNotRegex(text, r"MISMATCH|CUDA error", text[-2000:])
+        return [int(m[1]) for m in re.finditer(r"^step (\d+) counter \1 sum \d+$", text, re.M)]
+
+    def wait_steps(self, at_least, timeout=30):
+        end = time.time() + timeout
+        while time.time() < end:
+            if os.path.exists(self.output) and len(self.steps()) >= at_least:
+                return
+            time.sleep(0.05)
+        self.fail(f"vmm_worker did not reach step {at_least}:\n{self.logs()}")
+
+    def assert_goes_on(self, more=5):
+        self.wait_steps(len(self.steps()) + more)
+        steps = self.steps()
+        self.assertEqual(steps, list(range(1, len(steps) + 1)), "steps lost or repeated")
+
+    def shim_state(self, pid):
+        return self.gs_json("gpushare", "state", str(pid))["pids"][0]
+
+    def chunk_files(self):
+        root = os.path.join(self.store, "chunks")
+        return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs)
+
+    def arm(self, spec):
+        with open(self.fail_file, "w") as f:
+            f.write(spec)
+
+    # --- in place -------------------------------------------------------------
+    def test_suspend_frees_device_memory_holds_work_and_resume_gives_it_back(self):
+        pid = self.start()
+        st = self.shim_state(pid)
+        self.assertEqual((st["state"], st["allocations"], st["bytes"]), ("running", 3, DEVICE_BYTES))
+        out = self.gs_json("gpushare", "suspend", str(pid))
+        st = out["pids"][0]
+        self.assertEqual((st["state"], st["released_bytes"]), ("released", DEVICE_BYTES))
+        self.assertIn("gpushare-release", out["timings_s"])
+        # The worker is alive but cannot get GPU work in: its steps stop.
+        frozen = len(self.steps())
+        time.sleep(0.5)
+        self.assertTrue(self.alive(pid))
+        self.assertLessEqual(len(self.steps()), frozen + 1)
+        self.assertGreaterEqual(self.shim_state(pid)["held_calls"], 1)
+        # The device memory went back to the driver: no memfd mapping of it is left.
+        with open(f"/proc/{pid}/maps") as f:
+            self.assertNotIn("memfd:", f.read())
+        # Three non-zero chunks: 70 MiB in two, 6 MiB in one; the zero buffer costs nothing.
+        self.assertEqual(len(self.chunk_files()), 3)
+        st = self.gs_json("gpushare", "resume", str(pid))["pids"][0]
+        self.assertEqual((st["state"], st["released_bytes"]), ("running", 0))
+        self.assert_goes_on()
+
+    def test_a_failed_release_leaves_the_process_running(self):
+        pid = self.start()
+        self.arm("cuMemcpyDtoHAsync_v2:*:2\n")
+        p = self.gs("gpushare", "suspend", str(pid), check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertRegex(p.stderr, r"release: saving device memory: cuMemcpyDtoHAsync: CUDA_ERROR\w* \(2\)")
+        self.assertIn("every process was resumed", p.stderr)
+        self.arm("")
+        self.assertEqual(self.shim_state(pid)["state"], "running")
+        self.assert_goes_on()
+
+    def test_resume_without_suspend_and_a_process_without_the_shim(self):
+        pid = self.start()
+        self.assertEqual(self.gs_json("gpushare", "resume", str(pid))["pids"][0]["state"], "running")
+        p = self.gs("gpushare", "state", str(os.getpid()), check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(f"pid {os.getpid()} does not load the gpushare shim", p.stderr)
+        p = self.gs("gpushare", "state", "999999999", check=False)
+        self.assertIn("no process with pid 999999999", p.stderr)
+
+    # --- the control socket ---------------------------------------------------
+    def control_socket(self, pid):
+        return self.shim_state(pid)["socket"][1:]  # abstract: the client puts the NUL in front
+
+    def ask(self, pid, payload, uid=None):
+        code = ("import os, socket, sys\n"
+                "if len(sys.argv) > 3: os.setuid(int(sys.argv[3]))\n"
+                "s = socket.socket(socket.AF_UNIX); s.connect(b'\\0' + sys.argv[1].encode())\n"
+                "s.sendall(sys.argv[2].encode()); print(s.makefile().readline(), end='')\n")
+        args = ["python3", "-c", code, self.control_socket(pid), payload] + ([str(uid)] if uid is not None else [])
+        return json.loads(subprocess.run(args, capture_output=True, text=True, timeout=30, check=True).stdout)
+
+    def test_control_socket_refuses_bad_requests_and_other_users(self):
+        pid = self.start()
+        self.assertEqual(self.ask(pid, '{"cmd":"state"}\n')["state"], "running")
+        bad = self.ask(pid, '{"cmd":"dump"}\n')
+        self.assertFalse(bad["ok"])
+        self.assertIn("unknown control command `dump`", bad["error"])
+        self.assertIn("absolute path", self.ask(pid, '{"cmd":"release","chunk_store":"x","manifest":"/m"}\n')["error"])
+        self.assertIn("not quiesced", self.ask(pid, f'{{"cmd":"release","chunk_store":"{self.store}",'
+                                                f'"manifest":"{self.tmp}/m"}}\n')["error"])
+        nobody = self.ask(pid, '{"cmd":"quiesce"}\n', uid=65534)
+        self.assertFalse(nobody["ok"])
+        self.assertIn("permission denied", nobody["error"])
+        self.assertEqual(self.ask(pid, '{"cmd":"state"}\n')["state"], "running")
+        self.assert_goes_on()
+
+    # --- checkpoint and restore -----------------------------------------------
+    def test_checkpoint_and_restore_through_the_chunk_store(self):
+        self.start()
+        snap = self.checkpoint("vmm")
+        meta = self.gs_json("inspect", snap)
+        share = meta["gpu"]["gpushare"]
+        self.assertEqual(share["chunk_store"], self.store)
+        self.assertEqual(share["shim"], os.path.realpath(SHIM))
+        self.assertEqual(len(share["control_sockets"]), 1)
+        self.assertIn("gpu/2.chunks", meta["files"])
+        # The device memory is in the chunk store, not in CRIU's images.
+        self.assertLess(meta["total_bytes"], 40 * MIB)
+        self.assertEqual(len(self.chunk_files()), 3)
+        before = len(self.steps())
+        self.restore(snap)
+        self.wait_steps(before + 5)
+        steps = self.steps()
+        self.assertEqual(steps, list(range(1, len(steps) + 1)), "steps lost or repeated across the restore")
+        # A second cycle stores only the chunks that changed (the counters' first words).
+        snap2 = self.checkpoint("vmm")
+        self.assertEqual(len(self.chunk_files()), 5)
+        self.restore(snap2)
+        self.assert_goes_on()
+
+    def test_leave_running_brings_the_memory_back_to_the_source(self):
+        pid = self.start()
+        self.checkpoint("vmm", "--leave-running")
+        self.assertEqual(self.shim_state(pid)["state"], "running")
+        self.assert_goes_on()
+
+    def test_a_failed_release_fails_the_checkpoint_and_the_source_runs_on(self):
+        pid = self.start()
+        self.arm("cuMemcpyDtoHAsync_v2:*:2\n")
+        p = self.gs("checkpoint", "vmm", check=False)
+        self.arm("")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("releasing the device memory of the GPU processes", p.stderr)
+        self.assertEqual(self.snapshots(), [])
+        self.assertEqual(self.shim_state(pid)["state"], "running")
+        self.assert_goes_on()
+
+    def test_restore_refuses_a_missing_chunk_before_anything_starts(self):
+        self.start()
+        snap = self.checkpoint("vmm")
+        os.unlink(self.chunk_files()[0])
+        p = self.gs("restore", snap, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("refusing to restore", p.stderr)
+        self.assertIn("chunks/", p.stderr)
+        self.assertEqual([w for w in self.workloads() if w["running"]], [])
+
+    def test_a_flipped_bit_in_a_chunk_fails_the_restore_and_nothing_runs(self):
+        self.start()
+        snap = self.checkpoint("vmm")
+        chunk = self.chunk_files()[0]
+        with open(chunk, "r+b") as f:
+            f.seek(12345)
+            b = f.read(1)
+            f.seek(12345)
+            f.write(bytes([b[0] ^ 1]))
+        p = self.gs("restore", snap, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("does not match its digest", p.stderr)
+        end = time.time() + 10
+        while time.time() < end and [w for w in self.workloads() if w["running"]]:
+            time.sleep(0.1)
+        self.assertEqual([w for w in self.workloads() if w["running"]], [])
+
+
+if __name__ == "__main__":
+    unittest.main()
