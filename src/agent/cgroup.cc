@@ -114,7 +114,13 @@ std::optional<KubeletLogName> ParseKubeletLogName(std::string_view name) {
   out.pod = std::string(name.substr(0, u1));
   out.namespace_name = std::string(name.substr(u1 + 1, u2 - u1 - 1));
   out.container = std::string(name.substr(u2 + 1));
-  if (out.pod.empty() || out.namespace_name.empty() || out.container.empty()) return std::nullopt;
+  // Kubernetes names: lowercase letters, digits, '-' and '.'.
+  auto k8s_name = [](const std::string& s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+    });
+  };
+  if (!k8s_name(out.pod) || !k8s_name(out.namespace_name) || !k8s_name(out.container)) return std::nullopt;
   return out;
 }
 

@@ -83,6 +83,8 @@ TEST(KubeletLogName, Refuses) {
   EXPECT_FALSE(ParseKubeletLogName("a_b_c_d-" + kId + ".log"));             // too many fields
   EXPECT_FALSE(ParseKubeletLogName("_ml_server-" + kId + ".log"));
   EXPECT_FALSE(ParseKubeletLogName(".log"));
+  EXPECT_FALSE(ParseKubeletLogName("a/b_ml_server-" + kId + ".log"));     // found by the fuzzer
+  EXPECT_FALSE(ParseKubeletLogName("Pod_ml_server-" + kId + ".log"));
 }
 
 }  // namespace

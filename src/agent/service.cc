@@ -21,6 +21,8 @@ namespace gpusnap::agent {
 
 namespace {
 
+constexpr const char* kRestoreCriuConfig = "criu-restore.conf";
+
 std::string NewJobId() {
   std::random_device rd;
   std::uniform_int_distribution<uint64_t> dist;
@@ -55,6 +57,12 @@ Result<std::unique_ptr<Service>> Service::Open(ServiceOptions options) {
   if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
     return Status::Error(Code::kFailedPrecondition, "another agent holds `{}`: one agent per state directory",
                          lock_path);
+  // A restore lands in a fresh namespace, in the agent's own cgroup: the
+  // source's cgroups (a container's, gone with it) are not recreated.
+  GPUSNAP_RETURN_IF_ERROR(WriteFileAtomic(options.state_dir + "/" + kRestoreCriuConfig,
+                                          "# gpusnap agent: restores into a fresh namespace keep the agent's cgroup\n"
+                                          "manage-cgroups=ignore\n",
+                                          0600));
   std::unique_ptr<Service> s(new Service(std::move(options), std::move(store), std::move(lock)));
   s->Recover();
   return s;
@@ -121,6 +129,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   // Which tree, and under which lock key.
   std::vector<NodeProcess> processes;
   pid_t root = request.pid;
+  pid_t container_init = 0;
   std::string container;
   if (request.pod || !request.container.empty()) {
     processes = ScanProcesses();
@@ -131,6 +140,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
     auto tree_root = ContainerTreeRoot(processes, container);
     if (!tree_root.ok()) return Refused{FromStatus(tree_root.status()), ""};
     root = *tree_root;
+    if (auto st = proc::ReadStat(root); st.ok()) container_init = st->ppid;
   } else {
     if (root == 1) return Refuse(403, "pid 1 is the node's init: not a workload the agent may take");
     if (root == ::getpid()) return Refuse(403, fmt::format("pid {} is this agent", root));
@@ -150,6 +160,17 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   job.target = container.empty() ? fmt::format("pid {}", root) : fmt::format("container {} (pid {})", container, root);
   for (pid_t p : proc::Tree(root))
     if (auto st = proc::ReadStat(p); st.ok()) job.source.push_back({p, st->start_time});
+  // CRIU dumps a container's tree from inside its pid namespace. When the dump
+  // ends by killing the tree, an init that exits with its last child (sh,
+  // tini) would take the namespace, and CRIU in it, down before CRIU answers:
+  // the init is held stopped until the dump is over (and is tracked, so a
+  // restarted agent lets it go).
+  TrackedProcess held_init;
+  if (container_init > 1 && !request.leave_running)
+    if (auto st = proc::ReadStat(container_init); st.ok()) {
+      held_init = {container_init, st->start_time};
+      job.source.push_back(held_init);
+    }
   std::string prefix = container.empty() ? fmt::format("pid{}", root) : "ctr-" + container.substr(0, 12);
   if (auto workloads = ListWorkloads(); workloads.ok())
     for (const auto& w : *workloads)
@@ -165,10 +186,13 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   o.leave_running = request.leave_running;
   o.criu_bundle = options_.criu_bundle;
   o.timeout_s = options_.operation_timeout_s;
-  return Launch(std::move(job), [this, o](Job& running) mutable -> Status {
+  return Launch(std::move(job), [this, o, held_init](Job& running) mutable -> Status {
     std::string id = running.id;
     o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };
+    bool held = held_init.pid > 0 && proc::IsSameProcess(held_init.pid, held_init.start_time) &&
+                ::kill(held_init.pid, SIGSTOP) == 0;
     auto meta = Checkpoint(o);
+    if (held && proc::IsSameProcess(held_init.pid, held_init.start_time)) ::kill(held_init.pid, SIGCONT);
     if (!meta.ok()) return meta.status();
     std::lock_guard lock(mu_);
     jobs_[id].bytes_total = meta->total_bytes;
@@ -201,6 +225,7 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
   o.criu_bundle = options_.criu_bundle;
   o.timeout_s = options_.operation_timeout_s;
   o.gpu_map = request.gpu_map;
+  o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
   return Launch(std::move(job), [this, o](Job& running) mutable -> Status {
     std::string id = running.id;
     o.progress = [this, id](const ProgressEvent& e) {
