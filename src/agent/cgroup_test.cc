@@ -13,26 +13,26 @@ std::string Underscored(std::string s) {
   return s;
 }
 
-TEST(Cgroup, ContainerdSystemdV2) {
+TEST(AgentCgroup, ContainerdSystemdV2) {
   auto id = ParseProcCgroup("0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod" +
                             Underscored(kUid) + ".slice/cri-containerd-" + kId + ".scope\n");
   EXPECT_EQ(id.container_id, kId);
   EXPECT_EQ(id.pod_uid, kUid);
 }
 
-TEST(Cgroup, CrioSystemdV2) {
+TEST(AgentCgroup, CrioSystemdV2) {
   auto id = ParseProcCgroup("0::/kubepods.slice/kubepods-pod" + Underscored(kUid) + ".slice/crio-" + kId + ".scope\n");
   EXPECT_EQ(id.container_id, kId);
   EXPECT_EQ(id.pod_uid, kUid);
 }
 
-TEST(Cgroup, CrioMonitorIsNotTheContainer) {
+TEST(AgentCgroup, CrioMonitorIsNotTheContainer) {
   auto id = ParseProcCgroup("0::/kubepods.slice/kubepods-pod" + Underscored(kUid) + ".slice/crio-conmon-" + kId +
                             ".scope\n");
   EXPECT_EQ(id.container_id, "");
 }
 
-TEST(Cgroup, CgroupfsDriverV1) {
+TEST(AgentCgroup, CgroupfsDriverV1) {
   std::string text = "12:pids:/kubepods/burstable/pod" + kUid + "/" + kId + "\n" +
                      "11:cpu,cpuacct:/kubepods/burstable/pod" + kUid + "/" + kId + "\n" + "1:name=systemd:/\n";
   auto id = ParseProcCgroup(text);
@@ -40,14 +40,14 @@ TEST(Cgroup, CgroupfsDriverV1) {
   EXPECT_EQ(id.pod_uid, kUid);
 }
 
-TEST(Cgroup, DockerOutsideKubernetes) {
+TEST(AgentCgroup, DockerOutsideKubernetes) {
   EXPECT_EQ(ParseProcCgroup("0::/system.slice/docker-" + kId + ".scope\n").container_id, kId);
   auto id = ParseProcCgroup("0::/docker/" + kId + "\n");
   EXPECT_EQ(id.container_id, kId);
   EXPECT_EQ(id.pod_uid, "");
 }
 
-TEST(Cgroup, HostProcessesAreInNoContainer) {
+TEST(AgentCgroup, HostProcessesAreInNoContainer) {
   EXPECT_EQ(ParseProcCgroup("0::/system.slice/ssh.service\n").container_id, "");
   EXPECT_EQ(ParseProcCgroup("0::/user.slice/user-0.slice/session-3.scope\n").container_id, "");
   EXPECT_EQ(ParseProcCgroup("0::/\n").container_id, "");
@@ -55,7 +55,7 @@ TEST(Cgroup, HostProcessesAreInNoContainer) {
   EXPECT_EQ(ParseProcCgroup("garbage without colons").container_id, "");
 }
 
-TEST(Cgroup, AlmostIdsAreNot) {
+TEST(AgentCgroup, AlmostIdsAreNot) {
   EXPECT_FALSE(ContainerIdFromComponent(kId.substr(1)));
   EXPECT_FALSE(ContainerIdFromComponent(kId + "0"));
   std::string upper = kId;
@@ -67,7 +67,7 @@ TEST(Cgroup, AlmostIdsAreNot) {
   EXPECT_FALSE(PodUidFromComponent("system-pod" + Underscored(kUid) + ".slice"));
 }
 
-TEST(KubeletLogName, Parses) {
+TEST(AgentKubeletLogName, Parses) {
   auto n = ParseKubeletLogName("vllm-0_ml_server-" + kId + ".log");
   ASSERT_TRUE(n.has_value());
   EXPECT_EQ(n->pod, "vllm-0");
@@ -76,7 +76,7 @@ TEST(KubeletLogName, Parses) {
   EXPECT_EQ(n->container_id, kId);
 }
 
-TEST(KubeletLogName, Refuses) {
+TEST(AgentKubeletLogName, Refuses) {
   EXPECT_FALSE(ParseKubeletLogName("vllm-0_ml_server-" + kId));            // no .log
   EXPECT_FALSE(ParseKubeletLogName("vllm-0_ml_server" + kId + ".log"));    // no '-'
   EXPECT_FALSE(ParseKubeletLogName("vllm-0_server-" + kId + ".log"));      // no namespace

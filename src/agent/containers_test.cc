@@ -18,7 +18,7 @@ NodeProcess P(pid_t pid, pid_t ppid, const std::string& container, bool init = f
   return p;
 }
 
-TEST(ContainerTree, TheOneChildOfTheInit) {
+TEST(AgentContainerTree, TheOneChildOfTheInit) {
   std::vector<NodeProcess> procs = {P(1, 0, ""), P(100, 1, ""), P(200, 100, kA, true), P(201, 200, kA),
                                     P(202, 201, kA)};
   auto root = ContainerTreeRoot(procs, kA);
@@ -26,24 +26,24 @@ TEST(ContainerTree, TheOneChildOfTheInit) {
   EXPECT_EQ(*root, 201);
 }
 
-TEST(ContainerTree, InitAloneIsRefusedWithTheReason) {
+TEST(AgentContainerTree, InitAloneIsRefusedWithTheReason) {
   std::vector<NodeProcess> procs = {P(200, 100, kA, true)};
   auto root = ContainerTreeRoot(procs, kA);
   EXPECT_EQ(root.status().code(), Code::kFailedPrecondition);
   EXPECT_NE(root.status().message().find("only process"), std::string::npos);
 }
 
-TEST(ContainerTree, SeveralTreesAreRefused) {
+TEST(AgentContainerTree, SeveralTreesAreRefused) {
   std::vector<NodeProcess> procs = {P(200, 100, kA, true), P(201, 200, kA), P(202, 200, kA)};
   EXPECT_EQ(ContainerTreeRoot(procs, kA).status().code(), Code::kFailedPrecondition);
 }
 
-TEST(ContainerTree, NoInitIsNotFound) {
+TEST(AgentContainerTree, NoInitIsNotFound) {
   std::vector<NodeProcess> procs = {P(201, 200, kA)};
   EXPECT_EQ(ContainerTreeRoot(procs, kA).status().code(), Code::kNotFound);
 }
 
-TEST(ContainerId, PrefixExpands) {
+TEST(AgentContainerId, PrefixExpands) {
   std::vector<NodeProcess> procs = {P(5, 1, kA), P(6, 1, kB)};
   EXPECT_EQ(*ExpandContainerId(procs, kA), kA);
   EXPECT_EQ(*ExpandContainerId(procs, kB.substr(0, 13)), kB);

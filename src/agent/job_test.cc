@@ -17,7 +17,7 @@ Job Running() {
   return j;
 }
 
-TEST(Job, ProgressRecordsPhasesAndBytes) {
+TEST(AgentJob, ProgressRecordsPhasesAndBytes) {
   Job j = Running();
   ApplyProgress(j, "dump", 0, 0, false);
   EXPECT_EQ(j.phase, "dump");
@@ -32,7 +32,7 @@ TEST(Job, ProgressRecordsPhasesAndBytes) {
   EXPECT_EQ(j.finished, "later");
 }
 
-TEST(Job, InterruptedNamesThePhaseAndTheOutcome) {
+TEST(AgentJob, InterruptedNamesThePhaseAndTheOutcome) {
   Job j = Running();
   ApplyProgress(j, "dump", 0, 0, false);
   Job after = Interrupted(j, false, "now");
@@ -43,13 +43,13 @@ TEST(Job, InterruptedNamesThePhaseAndTheOutcome) {
   EXPECT_NE(published.error.find("`s1` had been published"), std::string::npos) << published.error;
 }
 
-TEST(Job, InterruptedLeavesFinishedJobsAlone) {
+TEST(AgentJob, InterruptedLeavesFinishedJobsAlone) {
   Job j = Running();
   Fail(j, "CRIU said no", "t");
   EXPECT_EQ(Interrupted(j, false, "now").error, "CRIU said no");
 }
 
-TEST(Job, RecordRoundTrips) {
+TEST(AgentJob, RecordRoundTrips) {
   Job j = Running();
   ApplyProgress(j, "dump", 2.0, 100, true);
   j.restored_pid = 77;
@@ -67,7 +67,7 @@ TEST(Job, RecordRoundTrips) {
   EXPECT_EQ(back->lock_key, "pid:42");
 }
 
-TEST(Job, ForeignRecordsAreCorruption) {
+TEST(AgentJob, ForeignRecordsAreCorruption) {
   EXPECT_EQ(JobFromJson("{").status().code(), Code::kCorruption);
   EXPECT_EQ(JobFromJson("[]").status().code(), Code::kCorruption);
   EXPECT_EQ(JobFromJson(R"({"id": "job-0123456789abcdef", "kind": "checkpoint", "state": "paused"})").status().code(),

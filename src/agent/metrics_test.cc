@@ -5,7 +5,7 @@
 namespace gpusnap::agent {
 namespace {
 
-TEST(Metrics, HistogramBucketsAreCumulative) {
+TEST(AgentMetrics, HistogramBucketsAreCumulative) {
   Metrics m;
   m.ObservePhase("checkpoint", "dump", 0.3);
   m.ObservePhase("checkpoint", "dump", 7);
@@ -29,7 +29,7 @@ TEST(Metrics, HistogramBucketsAreCumulative) {
             std::string::npos);
 }
 
-TEST(Metrics, CountersAndGauge) {
+TEST(AgentMetrics, CountersAndGauge) {
   Metrics m;
   m.JobStarted();
   m.JobStarted();
@@ -42,7 +42,7 @@ TEST(Metrics, CountersAndGauge) {
   EXPECT_NE(text.find("gpusnap_operation_bytes_total{kind=\"checkpoint\"} 15\n"), std::string::npos);
 }
 
-TEST(Metrics, LabelValuesAreEscaped) {
+TEST(AgentMetrics, LabelValuesAreEscaped) {
   MetricsSnapshot s;
   s.bytes["a\"b\\c\nd"] = 1;
   EXPECT_NE(FormatMetrics(s).find("kind=\"a\\\"b\\\\c\\nd\""), std::string::npos) << FormatMetrics(s);

@@ -25,21 +25,21 @@ ApiError RestoreError(std::string_view body) {
 
 const std::string kId(64, 'a');
 
-TEST(CheckpointRequest, PidWithLeaveRunning) {
+TEST(AgentCheckpointRequest, PidWithLeaveRunning) {
   auto r = CheckpointOk(R"({"pid": 4711, "leaveRunning": true})");
   EXPECT_EQ(r.pid, 4711);
   EXPECT_TRUE(r.leave_running);
   EXPECT_TRUE(r.container.empty());
 }
 
-TEST(CheckpointRequest, ContainerAndSnapshotId) {
+TEST(AgentCheckpointRequest, ContainerAndSnapshotId) {
   auto r = CheckpointOk(R"({"container": ")" + kId + R"(", "snapshotId": "s-1"})");
   EXPECT_EQ(r.container, kId);
   EXPECT_EQ(r.snapshot_id, "s-1");
   EXPECT_FALSE(r.leave_running);
 }
 
-TEST(CheckpointRequest, Pod) {
+TEST(AgentCheckpointRequest, Pod) {
   auto r = CheckpointOk(R"({"pod": {"namespace": "ml", "name": "vllm-0.x", "container": "server"}})");
   ASSERT_TRUE(r.pod.has_value());
   EXPECT_EQ(r.pod->namespace_name, "ml");
@@ -47,25 +47,25 @@ TEST(CheckpointRequest, Pod) {
   EXPECT_EQ(r.pod->container, "server");
 }
 
-TEST(CheckpointRequest, MalformedJsonIsNamed) {
+TEST(AgentCheckpointRequest, MalformedJsonIsNamed) {
   auto e = CheckpointError(R"({"pid": 12)");
   EXPECT_EQ(e.http_status, 400);
   EXPECT_NE(e.message.find("malformed JSON"), std::string::npos) << e.message;
 }
 
-TEST(CheckpointRequest, NotAnObject) {
+TEST(AgentCheckpointRequest, NotAnObject) {
   EXPECT_NE(CheckpointError("[1]").message.find("expected a JSON object"), std::string::npos);
   EXPECT_NE(CheckpointError("").message.find("empty body"), std::string::npos);
 }
 
-TEST(CheckpointRequest, UnknownFieldIsNamed) {
+TEST(AgentCheckpointRequest, UnknownFieldIsNamed) {
   auto e = CheckpointError(R"({"pid": 12, "leave_running": true})");
   EXPECT_NE(e.message.find("`leave_running`"), std::string::npos) << e.message;
   e = CheckpointError(R"({"pod": {"namespace": "a", "name": "b", "container": "c", "uid": "x"}})");
   EXPECT_NE(e.message.find("`pod.uid`"), std::string::npos) << e.message;
 }
 
-TEST(CheckpointRequest, WrongTypes) {
+TEST(AgentCheckpointRequest, WrongTypes) {
   EXPECT_NE(CheckpointError(R"({"pid": "12"})").message.find("`pid` must be an integer"), std::string::npos);
   EXPECT_NE(CheckpointError(R"({"pid": 12.5})").message.find("`pid` must be an integer"), std::string::npos);
   EXPECT_NE(CheckpointError(R"({"pid": 12, "leaveRunning": 1})").message.find("boolean"), std::string::npos);
@@ -73,20 +73,20 @@ TEST(CheckpointRequest, WrongTypes) {
   EXPECT_NE(CheckpointError(R"({"pod": "x"})").message.find("`pod` must be an object"), std::string::npos);
 }
 
-TEST(CheckpointRequest, PidOutOfRange) {
+TEST(AgentCheckpointRequest, PidOutOfRange) {
   for (const char* body : {R"({"pid": 0})", R"({"pid": -1})", R"({"pid": 4194305})",
                            R"({"pid": 18446744073709551615})", R"({"pid": 99999999999999999999})"}) {
     EXPECT_EQ(CheckpointError(body).http_status, 400) << body;
   }
 }
 
-TEST(CheckpointRequest, ExactlyOneTarget) {
+TEST(AgentCheckpointRequest, ExactlyOneTarget) {
   EXPECT_NE(CheckpointError("{}").message.find("exactly one"), std::string::npos);
   EXPECT_NE(CheckpointError(R"({"pid": 5, "container": ")" + kId + R"("})").message.find("exactly one"),
             std::string::npos);
 }
 
-TEST(CheckpointRequest, PathLikeIdsAreRefused) {
+TEST(AgentCheckpointRequest, PathLikeIdsAreRefused) {
   EXPECT_NE(CheckpointError(R"({"container": "../../etc/passwd"})").message.find("not a container id"),
             std::string::npos);
   EXPECT_NE(CheckpointError(R"({"pid": 5, "snapshotId": "../x"})").message.find("not a snapshot id"),
@@ -101,13 +101,13 @@ TEST(CheckpointRequest, PathLikeIdsAreRefused) {
             std::string::npos);
 }
 
-TEST(CheckpointRequest, ShortOrUppercaseContainerIdsAreRefused) {
+TEST(AgentCheckpointRequest, ShortOrUppercaseContainerIdsAreRefused) {
   CheckpointError(R"({"container": "abc"})");
   CheckpointError(R"({"container": ")" + std::string(64, 'A') + R"("})");
   CheckpointError(R"({"container": ")" + std::string(65, 'a') + R"("})");
 }
 
-TEST(RestoreRequest, NewTargetAndGpuMap) {
+TEST(AgentRestoreRequest, NewTargetAndGpuMap) {
   auto r = ParseRestoreRequest(R"({"snapshot": "s1", "target": "new", "gpuMap": {"0": "1", "GPU-ab": "GPU-cd"},
                                    "name": "again"})");
   ASSERT_TRUE(std::holds_alternative<RestoreRequest>(r)) << std::get<ApiError>(r).message;
@@ -118,13 +118,13 @@ TEST(RestoreRequest, NewTargetAndGpuMap) {
   EXPECT_EQ(req.name, "again");
 }
 
-TEST(RestoreRequest, ContainerTarget) {
+TEST(AgentRestoreRequest, ContainerTarget) {
   auto r = ParseRestoreRequest(R"({"snapshot": "s1", "target": {"container": ")" + kId + R"("}})");
   ASSERT_TRUE(std::holds_alternative<RestoreRequest>(r));
   EXPECT_EQ(std::get<RestoreRequest>(r).target_container, kId);
 }
 
-TEST(RestoreRequest, Refusals) {
+TEST(AgentRestoreRequest, Refusals) {
   EXPECT_NE(RestoreError("{}").message.find("missing field `snapshot`"), std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": "../x"})").message.find("not a snapshot id"), std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": ".hidden"})").message.find("not a snapshot id"), std::string::npos);
@@ -141,7 +141,7 @@ TEST(RestoreRequest, Refusals) {
             std::string::npos);
 }
 
-TEST(JobId, Shape) {
+TEST(AgentJobId, Shape) {
   EXPECT_TRUE(IsValidJobId("job-0123456789abcdef"));
   EXPECT_FALSE(IsValidJobId("job-0123456789abcde"));
   EXPECT_FALSE(IsValidJobId("job-0123456789ABCDEF"));
@@ -149,7 +149,7 @@ TEST(JobId, Shape) {
   EXPECT_FALSE(IsValidJobId(""));
 }
 
-TEST(Bearer, MatchesOnlyTheExactToken) {
+TEST(AgentBearer, MatchesOnlyTheExactToken) {
   EXPECT_TRUE(BearerMatches("Bearer s3cret", "s3cret"));
   EXPECT_FALSE(BearerMatches("Bearer s3cret ", "s3cret"));
   EXPECT_FALSE(BearerMatches("Bearer s3cre", "s3cret"));
@@ -161,7 +161,7 @@ TEST(Bearer, MatchesOnlyTheExactToken) {
   EXPECT_FALSE(BearerMatches(std::string("Bearer s3cret\0", 14), "s3cret"));
 }
 
-TEST(HttpStatus, ForCodes) {
+TEST(AgentHttpStatus, ForCodes) {
   EXPECT_EQ(HttpStatusFor(Code::kNotFound), 404);
   EXPECT_EQ(HttpStatusFor(Code::kAlreadyExists), 409);
   EXPECT_EQ(HttpStatusFor(Code::kInvalidArgument), 400);
