@@ -404,6 +404,32 @@ class AgentCrash(AgentCase):
         job = self.wait_job(agent, self.checkpoint_via(agent, {"pid": first, "leaveRunning": True}))
         self.assertEqual(job["state"], "succeeded", job)
 
+    def test_restart_resumes_a_source_left_stopped(self):
+        # What a dead agent may leave: its job's source tree stopped.
+        pid = self.run_counter("stopped")
+        agent = self.paused_agent("dump")
+        job_id = self.checkpoint_via(agent, {"pid": pid})
+        agent.wait_line("paused at dump")
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            tree = [pid] + [int(c) for c in f.read().split()]
+        for p in tree:
+            os.kill(p, signal.SIGSTOP)
+        agent.kill()
+        self.assertEqual(self.state(pid), "T")
+
+        agent = self.start_agent()
+        self.assert_interrupted(agent, job_id, "resolve")
+        self.assertIn(f"resumed {len(tree)} stopped processes", agent.log())
+        for p in tree:
+            self.assertNotEqual(self.state(p), "T")
+        self.wait_count(pid, self.count(pid) + 5)
+        self.assert_no_fail_in_logs()
+
+    @staticmethod
+    def state(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+
     def test_sigkill_while_criu_holds_the_tree_frozen(self):
         pid = self.run_counter("frozen")
         agent = self.paused_agent("post-dump")

@@ -169,6 +169,32 @@ class RuncContainers(base.AgentCase):
         self.assertEqual(status, 404, reply)
         self.assertIn("server-0", reply["error"])
 
+    def test_sigkill_during_a_container_checkpoint(self):
+        # The agent holds the container's init stopped and CRIU holds the tree
+        # frozen when the agent dies: CRIU resumes the tree, the restarted
+        # agent lets the init go, and the container runs on.
+        agent = self.start_agent(env=dict(self.env, GPUSNAP_TEST_PAUSE_AT="post-dump"))
+        cid = self.start_container(self.counter_args())
+        pid = self.counter_in(cid)
+        init, _ = self.container_init(cid)
+        job_id = self.checkpoint_via(agent, {"container": cid})
+        agent.wait_line("paused at post-dump")
+        agent.kill()
+        self.wait_count(pid, self.count(pid) + 5)
+
+        agent = self.start_agent()
+        status, job = agent.request("GET", f"/v1/jobs/{job_id}")
+        self.assertEqual((status, job["state"]), (200, "failed"), job)
+        self.assertIn("after phase `dump`", job["error"])
+        self.assertIn("resumed 1 stopped processes", agent.log())
+        with open(f"/proc/{init}/stat") as f:
+            self.assertNotEqual(f.read().rsplit(")", 1)[1].split()[0], "T")
+        self.assertEqual(self.store_entries(), [])
+        self.wait_count(pid, self.count(pid) + 5)
+        # The container is whole: checkpointing it again works.
+        job = self.wait_job(agent, self.checkpoint_via(agent, {"container": cid, "leaveRunning": True}))
+        self.assertEqual(job["state"], "succeeded", job)
+
     def test_container_whose_init_is_the_workload_is_refused(self):
         agent = self.start_agent()
         cid = self.start_container(["/bin/sleep", "1000"])
