@@ -22,6 +22,8 @@ namespace gpusnap::agent {
 namespace {
 
 constexpr const char* kRestoreCriuConfig = "criu-restore.conf";
+// Marks a snapshot in busy_snapshots_ while a DELETE removes it.
+constexpr const char* kDeleting = "(delete)";
 
 std::string NewJobId() {
   std::random_device rd;
@@ -106,7 +108,7 @@ void Service::Recover() {
       bool published = !job->snapshot.empty() && job->kind == "checkpoint" && store_.Load(job->snapshot).ok();
       Job failed = Interrupted(*job, published, NowRfc3339());
       Journal(failed);
-      recovery_notes_.push_back(fmt::format("job {} ({} of {}) was interrupted in phase `{}`{}", failed.id,
+      recovery_notes_.push_back(fmt::format("job {} ({} of {}) was interrupted after phase `{}`{}", failed.id,
                                             failed.kind, failed.target, job->phase,
                                             continued ? fmt::format("; resumed {} stopped processes", continued) : ""));
       loaded.push_back(std::move(failed));
@@ -148,6 +150,10 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
     if (!st.ok() || st->state == 'Z') return Refuse(404, fmt::format("no process with pid {}", root));
     if (st->ppid == 0 || st->ppid == 2)
       return Refuse(403, fmt::format("pid {} is a kernel thread or the kernel's own: not a workload", root));
+    if (auto nspids = proc::NsPids(root); nspids.ok() && nspids->size() > 1 && nspids->back() == 1)
+      return Refuse(409, fmt::format("pid {} is the init of its pid namespace: checkpoint the tree under it, or "
+                                     "the container by its id",
+                                     root));
     auto cg = ReadFile("/proc/" + std::to_string(root) + "/cgroup");
     if (cg.ok()) container = ParseProcCgroup(*cg).container_id;
   }
@@ -248,8 +254,10 @@ std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Jo
     return Refuse(409, fmt::format("job {} is already running a {} of {}", other.id, other.kind, other.target),
                   other.id);
   }
-  if (auto it = busy_snapshots_.find(job.snapshot); it != busy_snapshots_.end())
+  if (auto it = busy_snapshots_.find(job.snapshot); it != busy_snapshots_.end()) {
+    if (it->second == kDeleting) return Refuse(409, fmt::format("snapshot `{}` is being deleted", job.snapshot));
     return Refuse(409, fmt::format("job {} is using snapshot `{}`", it->second, job.snapshot), it->second);
+  }
   do {
     job.id = NewJobId();
   } while (jobs_.count(job.id) > 0);
@@ -333,11 +341,18 @@ Result<std::vector<SnapshotMeta>> Service::ListSnapshots() const {
 Result<SnapshotMeta> Service::GetSnapshot(const std::string& id) const { return store_.Load(id); }
 
 Status Service::DeleteSnapshot(const std::string& id) {
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = busy_snapshots_.find(id); it != busy_snapshots_.end())
+      return Status::Error(Code::kFailedPrecondition, "{} is using snapshot `{}`",
+                           it->second == kDeleting ? "another delete" : "job " + it->second, id);
+    GPUSNAP_RETURN_IF_ERROR(store_.Load(id).status());
+    busy_snapshots_[id] = kDeleting;  // no job may start on it while its files go
+  }
+  Status st = store_.Remove(id);
   std::lock_guard lock(mu_);
-  if (auto it = busy_snapshots_.find(id); it != busy_snapshots_.end())
-    return Status::Error(Code::kFailedPrecondition, "job {} is using snapshot `{}`", it->second, id);
-  GPUSNAP_RETURN_IF_ERROR(store_.Load(id).status());
-  return store_.Remove(id);
+  busy_snapshots_.erase(id);
+  return st;
 }
 
 }  // namespace gpusnap::agent
