@@ -140,7 +140,17 @@ void AddRoutes(httplib::Server& s, Service& service) {
   }));
 }
 
-void Configure(httplib::Server& s, const AgentOptions& o) {
+void Configure(httplib::Server& s, const AgentOptions& o, const std::string& listener) {
+  // One line per refused request: who asked for what, and why not.
+  auto log = o.service.log;
+  s.set_logger([log, listener](const httplib::Request& req, const httplib::Response& res) {
+    if (res.status < 400) return;
+    std::string why;
+    if (auto body = Json::parse(res.body, nullptr, false); body.is_object() && body.contains("error"))
+      why = body["error"].is_string() ? body["error"].get<std::string>() : "";
+    log(fmt::format("{} {} {} from {}: HTTP {}{}", listener, req.method, req.path,
+                    req.remote_addr.empty() ? "local" : req.remote_addr, res.status, why.empty() ? "" : ": " + why));
+  });
   s.set_payload_max_length(o.max_body_bytes);
   s.set_read_timeout(o.io_timeout_s);
   s.set_write_timeout(o.io_timeout_s);
@@ -226,7 +236,7 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
     if (::chmod(dir.c_str(), 0700) != 0) return Status::Errno(errno, "chmod `{}`", dir);
   }
   GPUSNAP_RETURN_IF_ERROR(ClaimSocketPath(o.socket_path));
-  Configure(impl->unix_server, o);
+  Configure(impl->unix_server, o, "unix");
   AddRoutes(impl->unix_server, *impl->service);
   impl->unix_server.set_address_family(AF_UNIX);
   mode_t old_mask = ::umask(0177);
@@ -238,7 +248,7 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
   if (!o.listen.empty()) {
     impl->tcp_server = std::make_unique<httplib::Server>();
     httplib::Server& t = *impl->tcp_server;
-    Configure(t, o);
+    Configure(t, o, "tcp");
     const std::string* token = &impl->token;
     t.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
       if (req.method == "GET" && req.path == "/healthz") return httplib::Server::HandlerResponse::Unhandled;

@@ -230,6 +230,7 @@ class AgentApi(AgentCase):
         missing = 4194000
         while os.path.exists(f"/proc/{missing}"):
             missing -= 1
+        reaper = [w["reaper_pid"] for w in self.workloads() if w["name"] == "bad"][0]
         refusals = [
             ("POST", "/v1/checkpoints", "{\"pid\": ", 400, "malformed JSON"),
             ("POST", "/v1/checkpoints", "", 400, "empty body"),
@@ -244,6 +245,7 @@ class AgentApi(AgentCase):
             ("POST", "/v1/checkpoints", {"pid": 1}, 403, "pid 1"),
             ("POST", "/v1/checkpoints", {"pid": agent.proc.pid}, 403, "this agent"),
             ("POST", "/v1/checkpoints", {"pid": missing}, 404, f"no process with pid {missing}"),
+            ("POST", "/v1/checkpoints", {"pid": reaper}, 409, "init of its pid namespace"),
             ("POST", "/v1/checkpoints", {"container": "ab" * 32}, 404, "no running process is in container"),
             ("POST", "/v1/checkpoints", {"pod": {"namespace": "ns", "name": "p", "container": "c"}}, 404, "pod"),
             ("POST", "/v1/restores", {"snapshot": "../x"}, 400, "not a snapshot id"),
@@ -261,6 +263,7 @@ class AgentApi(AgentCase):
                 status, reply = agent.request(method, path, body)
                 self.assertEqual(status, want, reply)
                 self.assertIn(needle, reply["error"])
+        self.assertIn("unix POST /v1/checkpoints from local: HTTP 403: pid 1 is the node's init", agent.log())
         # Nothing happened: no job, no snapshot, no temporary, the workload counts on.
         self.assertEqual(agent.request("GET", "/v1/jobs"), (200, []))
         self.assertEqual(self.store_entries(), [])
