@@ -43,6 +43,7 @@ usage: $0 [options]
   --restore-timeout S    seconds a restore may take to its first token (default 900)
   --keep                 keep the snapshots (default: removed at the end)
   --check-targets        exit 3 when an 8b run misses a target
+  --gpushare             start the server with the gpushare shim (device memory through the chunk store)
   --backend torch|fake   fake: a CPU stand-in server (tests of this script without a GPU)
 EOF
 }
@@ -51,7 +52,7 @@ die_usage() { echo "run_bench.sh: $*" >&2; usage >&2; exit 2; }
 
 model=""; demo=0; cycles=""; drop_caches=1; gpusnap=""; weights_dir=/tmp/gpusnap-weights
 work_dir=/var/tmp/gpusnap-bench; store=""; out_file=""; pinned_mb=256; max_new_tokens=32; gpu=""; port=""
-cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch
+cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0
 while [ $# -gt 0 ]; do
   opt=$1
   case "$opt" in
@@ -60,6 +61,7 @@ while [ $# -gt 0 ]; do
     --no-drop-caches) drop_caches=0; shift; continue ;;
     --keep) keep=1; shift; continue ;;
     --check-targets) check_targets=1; shift; continue ;;
+    --gpushare) gpushare=1; shift; continue ;;
   esac
   [ $# -ge 2 ] || die_usage "$opt needs a value"
   val=$2; shift 2
@@ -222,7 +224,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   gpu_name=${q%%,*}; driver=${q##*, }
 fi
 "$PY" "$LIB" env --out "$results/env.json" --prepare-log "$logs/prepare.log" \
-  model="$model" backend="$backend" cycles="$cycles" drop_caches="$drop_caches" pinned_mb="$pinned_mb" \
+  model="$model" backend="$backend" gpushare="$gpushare" cycles="$cycles" drop_caches="$drop_caches" pinned_mb="$pinned_mb" \
   max_new_tokens="$max_new_tokens" gpu="$gpu_name" driver="$driver" kernel="$(uname -r)" host="$(hostname)" \
   gpusnap="$gpusnap" gpusnap_version="$(gs version 2>&1 || true)" store="$store" weights_dir="$weights_dir" \
   commit="$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || true)"
@@ -241,13 +243,15 @@ if [ -n "$avail" ] && [ "$avail" -lt "$need" ]; then
 fi
 
 # --- cold start ---------------------------------------------------------------
+run_flags=()
+[ "$gpushare" = 0 ] || run_flags=(--gpushare)
 if [ "$demo" = 1 ]; then
   case "$model" in 1b) shape="Llama-3.2-1B" ;; 8b) shape="Llama-3.1-8B" ;; *) shape="tiny Llama" ;; esac
   say "gpusnap demo: a $shape-shaped inference server (random bf16 weights) on ${gpu_name:-the GPU}"
 fi
 say "cold start: gpusnap run -- python3 bench/server.py --model $model (to the first /generate answer)"
 "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$cold_timeout" --exec -- \
-  "$gpusnap" --json run --name "$name" --log "$server_log" -- env "${server_env[@]}" \
+  "$gpusnap" --json run "${run_flags[@]}" --name "$name" --log "$server_log" -- env "${server_env[@]}" \
   "$PY" -u "$BENCH_DIR/server.py" "${server_args[@]}" >"$results/cold.raw" 2>"$logs/cold.err" ||
   { cat "$logs/cold.err" >&2; fail "the cold start failed"; }
 add_reaper "$results/cold.raw"

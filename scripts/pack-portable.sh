@@ -24,6 +24,12 @@ ldd "$BUILD_DIR/gpusnap" | awk '/=> \// {print $3}' | while read -r lib; do
   esac
 done
 strip --strip-debug "$tmp/gpusnap"
+# The gpushare shim goes beside the binary, where `gpusnap run --gpushare`
+# looks first; it needs nothing but the node's libstdc++.
+if [ -f "$BUILD_DIR/libgpusnap_gpushare.so" ]; then
+  cp "$BUILD_DIR/libgpusnap_gpushare.so" "$tmp/"
+  strip --strip-debug "$tmp/libgpusnap_gpushare.so"
+fi
 patchelf --force-rpath --set-rpath '$ORIGIN/lib' "$tmp/gpusnap"
 for lib in "$tmp"/lib/*; do patchelf --force-rpath --set-rpath '$ORIGIN' "$lib"; done
 cp -a "$BUILD_DIR/criu-bundle" "$tmp/criu-bundle"

@@ -115,9 +115,14 @@ bool IsAllZero(const void* data, uint64_t size) {
   return true;
 }
 
-Result<ChunkStore> ChunkStore::Open(const std::string& root) {
+ChunkStore::DirectIo ChunkStore::DirectIoFromEnv() {
+  const char* v = std::getenv("GPUSNAP_CHUNK_DIRECT_IO");
+  return v != nullptr && std::string_view(v) == "1" ? DirectIo::kOn : DirectIo::kOff;
+}
+
+Result<ChunkStore> ChunkStore::Open(const std::string& root, DirectIo direct_io) {
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(root + "/chunks"));
-  return ChunkStore(root);
+  return ChunkStore(root, direct_io);
 }
 
 std::string ChunkStore::ChunkPath(const ChunkDigest& digest) const {
@@ -139,9 +144,10 @@ Status ChunkStore::WriteChunk(const ChunkDigest& digest, const void* data, uint6
 
   std::string tmp = path + TempSuffix();
   constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
-  UniqueFd fd(::open(tmp.c_str(), kFlags | O_DIRECT, 0644));
-  bool direct = fd.valid();
-  if (!fd.valid() && errno == EINVAL) fd.Reset(::open(tmp.c_str(), kFlags, 0644));  // no O_DIRECT here
+  bool want_direct = direct_io_ == DirectIo::kOn;
+  UniqueFd fd(::open(tmp.c_str(), kFlags | (want_direct ? O_DIRECT : 0), 0644));
+  bool direct = fd.valid() && want_direct;
+  if (!fd.valid() && want_direct && errno == EINVAL) fd.Reset(::open(tmp.c_str(), kFlags, 0644));  // no O_DIRECT here
   if (!fd.valid()) return Status::Errno(errno, "creating chunk `{}`", tmp);
 
   Status st_write = direct ? WriteDirect(fd.get(), data, size, tmp) : Status::Ok();

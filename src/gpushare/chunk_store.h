@@ -7,9 +7,12 @@
 // file exists is not written again, so identical chunks (the same weights in
 // two processes or two snapshots) are stored once.
 //
-// Each chunk file is written to a temporary sibling (O_DIRECT where the
-// filesystem allows it, buffered otherwise), fdatasync'd, renamed into place,
-// and its directory fsync'd: a crash leaves a whole chunk or none.
+// Each chunk file is written to a temporary sibling, fdatasync'd, renamed into
+// place, and its directory fsync'd: a crash leaves a whole chunk or none.
+// Writes are buffered by default, so a restore on the same node right after a
+// checkpoint (scale to zero and back) reads the chunks from the page cache;
+// with DirectIo::kOn they bypass it (O_DIRECT where the filesystem allows it),
+// for nodes whose page cache must not fill with device memory.
 //
 // The manifest (gpu/<pid>.chunks) lists, per allocation, VA, size, device
 // ordinal and the ordered chunk refs; its byte format is in chunk_manifest.h.
@@ -72,7 +75,10 @@ class ChunkStore {
  public:
   // Opens the store at `root`, creating <root>/chunks if missing. kIoError
   // naming the directory if it cannot be created.
-  static Result<ChunkStore> Open(const std::string& root);
+  enum class DirectIo { kOff, kOn };
+  // DirectIo::kOn when $GPUSNAP_CHUNK_DIRECT_IO is 1.
+  static DirectIo DirectIoFromEnv();
+  static Result<ChunkStore> Open(const std::string& root, DirectIo direct_io = DirectIoFromEnv());
 
   const std::string& root() const { return root_; }
   // <root>/chunks/<first 2 hex>/<32 hex>
@@ -105,10 +111,11 @@ class ChunkStore {
   Status LoadChunk(const ChunkRef& ref, void* dest) const { return ReadChunk(ref, static_cast<char*>(dest)); }
 
  private:
-  explicit ChunkStore(std::string root) : root_(std::move(root)) {}
+  ChunkStore(std::string root, DirectIo direct_io) : root_(std::move(root)), direct_io_(direct_io) {}
   Status WriteChunk(const ChunkDigest& digest, const void* data, uint64_t size, bool* written) const;
   Status ReadChunk(const ChunkRef& ref, char* dest) const;
   std::string root_;
+  DirectIo direct_io_ = DirectIo::kOff;
 };
 
 }  // namespace gpusnap

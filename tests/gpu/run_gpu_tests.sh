@@ -251,6 +251,41 @@ test_restore_on_other_gpu() {
   passed "$1"
 }
 
+gpu_mem_mib_of() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p="$1" '$1 == p { print $2 }'; }
+
+# gpushare (e), the shim's part on a real driver: gpu_counter (cudart, static:
+# it reaches the driver through dlsym and cuGetProcAddress) started with the
+# shim; its device memory leaves the GPU while suspended in place and comes
+# back at the same addresses; then a checkpoint whose device memory goes
+# through the chunk store instead of CRIU's images.
+test_gpushare_counter() {
+  current="gpushare: gpu_counter ${GIB} GiB with the shim: suspend/resume in place, checkpoint/restore through the chunk store"
+  pid=$(gs run --gpushare --name gsc --log "$OUT/gsc.out" -- "$BIN/gpu_counter" --gib "$GIB" --interval-ms 100) ||
+    { fail "run --gpushare failed"; return; }
+  reapers+=("$(reaper_of "$pid")")
+  running gsc 3 || return
+  gs gpushare state "$pid" || { fail "gpushare state failed"; return; }
+  local held suspended step
+  held=$(gpu_mem_mib_of "$pid")
+  gs gpushare suspend "$pid" || { fail "gpushare suspend failed"; return; }
+  suspended=$(gpu_mem_mib_of "$pid")
+  echo "INFO: GPU memory of pid $pid: ${held:-?} MiB running, ${suspended:-?} MiB suspended"
+  [ -n "$suspended" ] && [ "$suspended" -lt $((GIB * 1024 / 2)) ] || fail "suspended, it still holds ${suspended:-?} MiB"
+  step=$(last_step "$OUT/gsc.out")
+  sleep 1
+  [ "$(last_step "$OUT/gsc.out")" -le $((step + 1)) ] || fail "steps went on while suspended"
+  gs gpushare resume "$pid" || { fail "gpushare resume failed"; return; }
+  goes_on gsc "$(last_step "$OUT/gsc.out")" || return
+  cr gsc || return
+  local bytes
+  bytes=$("$GPUSNAP" --json ls | python3 -c 'import json, sys; print(json.load(sys.stdin)[-1]["total_bytes"])')
+  echo "INFO: snapshot of a ${GIB} GiB gpu_counter with the shim: $((bytes >> 20)) MiB (the device memory is in the chunk store)"
+  [ "$bytes" -lt $((GIB << 30)) ] || fail "the snapshot holds $bytes bytes: the device memory went through CRIU"
+  goes_on gsc "$before" || return
+  gs gpushare state "$pid" || fail "gpushare state after restore failed"
+  passed "$1"
+}
+
 # (b) and (e): the Llama-architecture server of bench/ (8B-class by default),
 # checkpointed and restored GPU_TEST_CYCLES times in a row, then once more
 # after dropping the page cache. The benchmark fails on any answer that differs
@@ -282,7 +317,7 @@ echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
-  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_llm_server_cycles"
+  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_llm_server_cycles"
 for t in ${GPU_TESTS:-$tests}; do
   $t "$failures"
 done

@@ -106,7 +106,7 @@ class Staging {
 // Runs `work(worker, job)` for every job on `threads` threads, each with its
 // own Staging of `buffers` pinned buffers. The first failure stops the rest
 // and is returned.
-Status RunChunkJobs(size_t jobs, unsigned threads, int buffers,
+Status RunChunkJobs(size_t jobs, unsigned threads, int buffers, uint64_t context,
                     const std::function<Status(Staging&, size_t job, size_t nth_of_worker)>& work) {
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
@@ -118,6 +118,9 @@ Status RunChunkJobs(size_t jobs, unsigned threads, int buffers,
     failed = true;
   };
   auto run = [&] {
+    // Pinned host memory is allocated in a context, though usable from all.
+    if (abi::CUresult rc = Real().ctx_set_current(reinterpret_cast<abi::CUcontext>(context)); rc != abi::CUDA_SUCCESS)
+      return fail(DriverError("cuCtxSetCurrent", rc));
     Staging staging;
     if (Status st = staging.Init(buffers); !st.ok()) return fail(st);
     size_t nth = 0;
@@ -263,6 +266,7 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   SaveStats stats;
   // Saving changes nothing in the process: a failure here leaves it as it was.
   Status st = RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1,
+                           allocs.empty() ? 0 : allocs.front().context,
                            [&](Staging& staging, size_t j, size_t) -> Status {
                              if (j == SIZE_MAX) return Status::Ok();
                              const ChunkJob& job = jobs[j];
@@ -370,6 +374,7 @@ Status DeviceMemory::Fill(const std::string& chunk_store, const std::vector<Trac
   std::vector<ChunkJob> jobs = ChunkJobs(allocs);
   // Two buffers per worker: one is read from the store while the other's copy runs.
   return RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_LOAD_THREADS", 6), 2,
+                      allocs.empty() ? 0 : allocs.front().context,
                       [&, pending = std::vector<std::pair<uint64_t, abi::CUstream>>()](
                           Staging& staging, size_t j, size_t nth) mutable -> Status {
                         if (pending.empty()) pending.assign(2, {0, nullptr});
