@@ -301,6 +301,62 @@ class AgentApi(AgentCase):
         self.assertEqual(sorted(s["id"] for s in snaps), [f"many-{i:04d}" for i in range(1000)])
 
 
+class AgentGpuWithFakeDriver(AgentCase):
+    """The GPU steps through the agent on a GPU-less machine, as
+    test_gpu_flow_fake does for the CLI: the fake libcuda through the same
+    dlopen, a workload that maps a /dev/nvidia-* stand-in; CRIU is real."""
+
+    def setUp(self):
+        super().setUp()
+        fake_dir = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(os.path.dirname(__file__), "../../build/fakes"))
+        if not os.path.exists(os.path.join(fake_dir, "libcuda.so.1")):
+            self.skipTest(f"no fake libcuda in {fake_dir} (build target fake_cuda)")
+        self.device = f"/dev/nvidia-gpusnap-test-{os.urandom(4).hex()}"
+        with open(self.device, "wb") as f:
+            f.write(b"\0" * 4096)
+        self.addCleanup(os.unlink, self.device)
+        nvproc = os.path.join(self.tmp, "nvidia")
+        os.makedirs(nvproc)
+        with open(os.path.join(nvproc, "version"), "w") as f:
+            f.write("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Jan  1 00:00:00 UTC 2026\n")
+        self.gpu_env = dict(self.env, LD_LIBRARY_PATH=fake_dir, FAKE_CUDA_LOG=os.path.join(self.tmp, "fake-cuda.log"),
+                            FAKE_CUDA_STATE_FILE=os.path.join(self.tmp, "states"), FAKE_CUDA_GPUS="1",
+                            GPUSNAP_NVIDIA_PROC_DIR=nvproc)
+
+    def test_gpu_process_listed_checkpointed_and_restored(self):
+        from harness import WORKLOADS
+        pid = int(self.gs("run", "--name", "gpu", "--", os.path.join(WORKLOADS, "counter"), self.data, "0",
+                          self.device).stdout.strip())
+        self.wait_count(pid, 3)
+        plain = self.run_counter("cpu")
+        agent = self.start_agent(env=self.gpu_env)
+        status, procs = agent.request("GET", "/v1/processes")
+        self.assertEqual(status, 200)
+        listed = {p["pid"]: p for p in procs}
+        self.assertTrue(listed[pid]["gpu"], procs)
+        self.assertIsNone(listed[pid]["container"])
+        self.assertNotIn(plain, listed)
+
+        # The fake driver keeps a process's GPU state in the device stand-in,
+        # so the source goes before its copy comes back.
+        job = self.wait_job(agent, self.checkpoint_via(agent, {"pid": pid}))
+        self.assertEqual(job["state"], "succeeded", job)
+        self.assertIn("gpu-suspend", job["timings"])
+        self.assertTrue(self.wait_gone(pid))
+        status, snaps = agent.request("GET", "/v1/snapshots")
+        self.assertEqual([s["gpus"] for s in snaps], [1])
+
+        status, reply = agent.request("POST", "/v1/restores", {"snapshot": job["snapshot"], "name": "gpu-copy",
+                                                               "gpuMap": {"0": "0"}})
+        self.assertEqual(status, 202, reply)
+        restored = self.wait_job(agent, reply["job"])
+        self.assertEqual(restored["state"], "succeeded", restored)
+        self.assertIn("gpu-restore", restored["timings"])
+        self.wait_count(restored["restoredPid"], self.count(restored["restoredPid"]) + 5)
+        metrics = agent.request("GET", "/metrics")[1]
+        self.assertIn('gpusnap_operation_duration_seconds_count{kind="checkpoint",phase="gpu-suspend"} 1\n', metrics)
+
+
 class AgentTcp(AgentCase):
     def setUp(self):
         super().setUp()
@@ -448,6 +504,20 @@ class AgentCrash(AgentCase):
         self.assertEqual(self.store_entries(), [])  # the temporary is gone, nothing published
         self.wait_count(pid, self.count(pid) + 5)
         self.assert_no_fail_in_logs()
+
+    def test_sigkill_after_the_snapshot_is_published(self):
+        pid = self.run_counter("pub")
+        agent = self.paused_agent("published")
+        job_id = self.checkpoint_via(agent, {"pid": pid, "snapshotId": "pub-1"})
+        agent.wait_line("paused at published")
+        agent.kill()
+        self.wait_count(pid, self.count(pid) + 5)  # CRIU was never told to kill it
+
+        agent = self.start_agent()
+        job = self.assert_interrupted(agent, job_id, "publish")
+        self.assertIn("`pub-1` had been published whole", job["error"])
+        self.assertEqual(self.store_entries(), ["pub-1"])
+        self.gs("inspect", "--verify", "pub-1")
 
     def test_sigkill_during_a_restore(self):
         pid = self.run_counter("rest")
