@@ -26,8 +26,14 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log");
   sub->add_option("--criu-config", opts->criu_config, "Extra CRIU configuration file (CRIU's own option syntax)");
+  auto agent = std::make_shared<std::string>();
+  sub->add_option("--agent", *agent, "Run it as a job of the node agent listening on this unix socket");
   sub->footer("Prints the snapshot id on its last line (--json: an object).");
-  sub->callback([&ctx, opts] {
+  sub->callback([&ctx, opts, agent] {
+    if (!agent->empty()) {
+      if (Status st = CheckpointThroughAgent(ctx, *agent, *opts); !st.ok()) ctx.Fail(st);
+      return;
+    }
     opts->progress = ctx.Progress("checkpoint");
     auto meta = Checkpoint(*opts);
     if (!meta.ok()) return ctx.Fail(meta.status());
@@ -52,8 +58,14 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->add_option("--gpu-map", opts->gpu_map,
                   "Restore onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this machine's");
   sub->add_option("--gpus", opts->gpus, "Restore the snapshot's GPUs, in order, onto these GPU indices")->delimiter(',');
+  auto agent = std::make_shared<std::string>();
+  sub->add_option("--agent", *agent, "Run it as a job of the node agent listening on this unix socket");
   sub->footer("Prints the restored workload's host pid.");
-  sub->callback([&ctx, opts] {
+  sub->callback([&ctx, opts, agent] {
+    if (!agent->empty()) {
+      if (Status st = RestoreThroughAgent(ctx, *agent, *opts); !st.ok()) ctx.Fail(st);
+      return;
+    }
     opts->progress = ctx.Progress("restore");
     auto r = Restore(*opts);
     if (!r.ok()) return ctx.Fail(r.status());

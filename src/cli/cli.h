@@ -38,6 +38,10 @@ void AddAgent(CLI::App& app, Context& ctx);
 void AddCuda(CLI::App& app, Context& ctx);      // cuda state|lock|checkpoint|...|gpus
 void AddGpushare(CLI::App& app, Context& ctx);  // gpushare state|suspend|resume
 
+// --agent SOCKET: the command runs as a job of the node agent (agent_client.cc).
+Status CheckpointThroughAgent(Context& ctx, const std::string& socket, const CheckpointOptions& options);
+Status RestoreThroughAgent(Context& ctx, const std::string& socket, const RestoreOptions& options);
+
 nlohmann::json ToJson(const Workload& w);
 std::string HumanBytes(uint64_t bytes);
 

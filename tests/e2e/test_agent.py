@@ -199,6 +199,27 @@ class AgentApi(AgentCase):
         self.assertEqual(status, 200)
         self.assertEqual([j["id"] for j in jobs], [job["id"]])
 
+    def test_cli_through_the_agent(self):
+        agent = self.start_agent()
+        pid = self.run_counter("viacli")
+        p = self.gs("checkpoint", "--agent", agent.socket, "viacli", "--id", "via-1")
+        self.assertEqual(p.stdout.strip().splitlines()[-1], "via-1")
+        self.assertIn("[checkpoint] dump done", p.stderr)
+        self.assertTrue(self.wait_gone(pid))
+        self.assertEqual([j["snapshot"] for j in agent.request("GET", "/v1/jobs")[1]], ["via-1"])
+        restored = int(self.gs("restore", "--agent", agent.socket, "via-1", "--name", "back").stdout.split()[-1])
+        self.wait_count(restored, self.count(restored) + 5)
+        # The agent's refusals come back as one line and exit status 1.
+        p = self.gs("checkpoint", "--agent", agent.socket, "1", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("the agent refused (HTTP 403): pid 1", p.stderr)
+        p = self.gs("checkpoint", "--agent", agent.socket, "back", "--store", self.tmp, check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("do not apply with --agent", p.stderr)
+        p = self.gs("restore", "--agent", os.path.join(self.tmp, "no.sock"), "via-1", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("cannot reach the agent", p.stderr)
+
     def test_health_processes_and_unknown_paths(self):
         agent = self.start_agent()
         status, health = agent.request("GET", "/healthz")
