@@ -42,6 +42,14 @@ std::vector<NodeProcess> ScanProcesses() {
   return out;
 }
 
+std::map<std::string, KubeletLogName> KubeletContainers(const std::string& log_dir) {
+  std::map<std::string, KubeletLogName> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(log_dir, ec))
+    if (auto name = ParseKubeletLogName(entry.path().filename().string())) out[name->container_id] = *name;
+  return out;
+}
+
 Result<std::string> ExpandContainerId(const std::vector<NodeProcess>& processes, const std::string& prefix) {
   std::string found;
   for (const auto& p : processes) {

@@ -11,9 +11,11 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "agent/cgroup.h"
 #include "agent/request.h"
 #include "gpusnap/status.h"
 
@@ -31,6 +33,9 @@ struct NodeProcess {
 
 // Every process of the node (those that vanish while read are skipped).
 std::vector<NodeProcess> ScanProcesses();
+
+// The kubelet's log links in `log_dir`, by container id (none if unreadable).
+std::map<std::string, KubeletLogName> KubeletContainers(const std::string& log_dir);
 
 // The full id of the one container whose id starts with `prefix`.
 // kNotFound: no process is in such a container; kInvalidArgument: ambiguous.

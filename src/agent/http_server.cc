@@ -18,7 +18,6 @@
 
 #include "gpusnap/snapshot.h"
 #include "k8s/webhook_server.h"
-#include "ns/proc.h"
 #include "util/files.h"
 
 namespace gpusnap::agent {
@@ -112,19 +111,19 @@ void AddRoutes(httplib::Server& s, Service& service) {
     if (!st.ok()) return ReplyError(res, FromStatus(st));
     Reply(res, 200, {{"deleted", id}});
   });
-  s.Get("/v1/processes", [](const httplib::Request& req, httplib::Response& res) {
+  s.Get("/v1/processes", [&service](const httplib::Request& req, httplib::Response& res) {
     std::string all_param = req.get_param_value("all");
     if (!all_param.empty() && all_param != "true" && all_param != "false")
       return ReplyError(res, {400, fmt::format("query `all` must be true or false, got `{}`", all_param)});
-    bool all = all_param == "true";
     Json out = Json::array();
-    for (const auto& p : ScanProcesses()) {
-      bool gpu = proc::UsesNvidiaGpu(p.pid);
-      if (!gpu && !(all && !p.container_id.empty())) continue;
-      Json j = {{"pid", p.pid}, {"ppid", p.ppid}, {"command", p.command}, {"gpu", gpu}};
+    for (const auto& v : service.ListProcesses(all_param == "true")) {
+      const NodeProcess& p = v.process;
+      Json j = {{"pid", p.pid}, {"ppid", p.ppid}, {"command", p.command}, {"gpu", v.gpu},
+                {"containerInit", p.namespace_init}};
       j["container"] = p.container_id.empty() ? Json(nullptr) : Json(p.container_id);
       j["podUid"] = p.pod_uid.empty() ? Json(nullptr) : Json(p.pod_uid);
-      j["containerInit"] = p.namespace_init;
+      j["pod"] = v.pod ? Json{{"namespace", v.pod->namespace_name}, {"name", v.pod->pod}, {"container", v.pod->container}}
+                       : Json(nullptr);
       out.push_back(std::move(j));
     }
     Reply(res, 200, out);

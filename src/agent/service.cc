@@ -331,6 +331,20 @@ size_t Service::RunningJobs() const {
   return running_.size();
 }
 
+std::vector<Service::ProcessView> Service::ListProcesses(bool all) const {
+  std::map<std::string, KubeletLogName> pods = KubeletContainers(options_.kubelet_log_dir);
+  std::vector<ProcessView> out;
+  for (auto& p : ScanProcesses()) {
+    ProcessView v;
+    v.gpu = proc::UsesNvidiaGpu(p.pid);
+    if (!v.gpu && !(all && !p.container_id.empty())) continue;
+    if (auto it = pods.find(p.container_id); it != pods.end()) v.pod = it->second;
+    v.process = std::move(p);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 Result<std::vector<SnapshotMeta>> Service::ListSnapshots() const {
   std::vector<std::string> warnings;
   auto list = store_.List(&warnings);

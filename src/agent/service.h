@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
@@ -76,6 +77,15 @@ class Service {
   Result<SnapshotMeta> GetSnapshot(const std::string& id) const;
   // kFailedPrecondition while a job writes or reads it.
   Status DeleteSnapshot(const std::string& id);
+
+  // The node's GPU processes (with `all`, also every process in a container),
+  // each with its container and, where the kubelet names it, its pod.
+  struct ProcessView {
+    NodeProcess process;
+    bool gpu = false;
+    std::optional<KubeletLogName> pod;
+  };
+  std::vector<ProcessView> ListProcesses(bool all) const;
 
   const Metrics& metrics() const { return metrics_; }
   std::vector<std::string> recovery_notes() const { return recovery_notes_; }

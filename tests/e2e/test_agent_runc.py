@@ -159,6 +159,9 @@ class RuncContainers(base.AgentCase):
         cid = self.start_container(self.counter_args(), pod=("ml", "server-0", "model"))
         pid = self.counter_in(cid)
         pod = {"namespace": "ml", "name": "server-0", "container": "model"}
+        status, procs = agent.request("GET", "/v1/processes?all=true")
+        self.assertEqual(status, 200)
+        self.assertEqual([p["pod"] for p in procs if p["pid"] == pid], [pod])
         job = self.wait_job(agent, self.checkpoint_via(agent, {"pod": pod, "leaveRunning": True}))
         self.assertEqual(job["state"], "succeeded", f"{job}\n{agent.log()}")
         self.assertIn(cid, job["target"])
