@@ -291,6 +291,15 @@ class AgentApi(AgentCase):
         self.wait_count(pid, self.count(pid) + 5)
         self.assertEqual(agent.request("GET", "/healthz")[0], 200)
 
+    def test_sigterm_stops_cleanly(self):
+        agent = self.start_agent()
+        agent.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(agent.proc.wait(timeout=60), 0, agent.log())
+        self.assertFalse(os.path.exists(agent.socket))
+        self.assertIn("stopping", agent.log())
+        # A new agent takes over the same state directory and socket path.
+        self.assertEqual(self.start_agent().request("GET", "/healthz")[0], 200)
+
     def test_second_agent_on_the_same_state_is_refused(self):
         self.start_agent()
         other = os.path.join(self.tmp, "other.sock")
