@@ -18,7 +18,8 @@ Result<Json> CallAgent(const std::string& socket, const std::string& path, const
   client.set_read_timeout(30);
   httplib::Result res = body ? client.Post(path.c_str(), body->dump(), "application/json") : client.Get(path.c_str());
   if (!res)
-    return Status::Error(Code::kNotFound, "cannot reach the agent at `{}`: {}", socket, httplib::to_string(res.error()));
+    return Status::Error(Code::kNotFound, "cannot reach the agent at `{}`: {}", socket,
+                         httplib::to_string(res.error()));
   Json reply = Json::parse(res->body, nullptr, false);
   if (res->status >= 400) {
     std::string why = reply.is_object() && reply.contains("error") && reply["error"].is_string()

@@ -70,8 +70,8 @@ Result<pid_t> ContainerTreeRoot(const std::vector<NodeProcess>& processes, const
   if (inits.empty())
     return Status::Error(Code::kNotFound, "container `{}` has no process that is the init of a pid namespace", id);
   if (inits.size() > 1)
-    return Status::Error(Code::kFailedPrecondition, "container `{}` holds {} pid namespaces; which one is meant is unclear",
-                         id, inits.size());
+    return Status::Error(Code::kFailedPrecondition,
+                         "container `{}` holds {} pid namespaces; which one is meant is unclear", id, inits.size());
   const NodeProcess& init = *inits.front();
   std::vector<pid_t> children;
   for (const auto& p : processes)
@@ -98,7 +98,8 @@ Result<std::string> ContainerIdOfPod(const std::string& log_dir, const PodRef& p
       candidates.push_back(name->container_id);
   }
   if (ec)
-    return Status::Error(Code::kNotFound, "cannot find container `{}` of pod `{}/{}`: reading the kubelet's log links in `{}`: {}",
+    return Status::Error(Code::kNotFound,
+                         "cannot find container `{}` of pod `{}/{}`: reading the kubelet's log links in `{}`: {}",
                          pod.container, pod.namespace_name, pod.name, log_dir, ec.message());
   for (const auto& id : candidates)
     for (const auto& p : processes)

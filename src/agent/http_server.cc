@@ -122,8 +122,9 @@ void AddRoutes(httplib::Server& s, Service& service) {
                 {"containerInit", p.namespace_init}};
       j["container"] = p.container_id.empty() ? Json(nullptr) : Json(p.container_id);
       j["podUid"] = p.pod_uid.empty() ? Json(nullptr) : Json(p.pod_uid);
-      j["pod"] = v.pod ? Json{{"namespace", v.pod->namespace_name}, {"name", v.pod->pod}, {"container", v.pod->container}}
-                       : Json(nullptr);
+      j["pod"] = nullptr;
+      if (v.pod)
+        j["pod"] = {{"namespace", v.pod->namespace_name}, {"name", v.pod->pod}, {"container", v.pod->container}};
       out.push_back(std::move(j));
     }
     Reply(res, 200, out);

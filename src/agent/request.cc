@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 
 #include "gpusnap/snapshot.h"
@@ -85,8 +86,8 @@ std::variant<PodRef, ApiError> ParsePod(const Json& pod) {
 std::variant<std::string, ApiError> ParseGpuMap(const Json& map) {
   if (!map.is_object()) return Bad(fmt::format("field `gpuMap` must be an object, got {}", map.type_name()));
   auto ok_token = [](const std::string& s) {
-    return !s.empty() && s.size() <= 64 &&
-           std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; });
+    auto allowed = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; };
+    return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), allowed);
   };
   std::string out;
   for (const auto& [from, to] : map.items()) {
