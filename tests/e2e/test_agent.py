@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from harness import GPUSNAP, GpusnapCase, free_port
+from harness import GPUSNAP, WORKLOADS, GpusnapCase, free_port
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -354,7 +354,6 @@ class AgentGpuWithFakeDriver(AgentCase):
                             GPUSNAP_NVIDIA_PROC_DIR=nvproc)
 
     def test_gpu_process_listed_checkpointed_and_restored(self):
-        from harness import WORKLOADS
         pid = int(self.gs("run", "--name", "gpu", "--", os.path.join(WORKLOADS, "counter"), self.data, "0",
                           self.device).stdout.strip())
         self.wait_count(pid, 3)
