@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <utility>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -263,6 +264,67 @@ Status ChunkStore::Load(const ChunkedAllocation& alloc, void* dest, uint64_t des
   work();
   for (auto& t : pool) t.join();
   return failure;
+}
+
+Result<ChunkReader> ChunkReader::Open(const ChunkStore& store, const ChunkRef& ref) {
+  std::string path = store.ChunkPath(ref.digest);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::Errno(errno, "opening chunk `{}`", path);
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0) return Status::Errno(errno, "reading chunk `{}`", path);
+  if (static_cast<uint64_t>(st.st_size) != ref.length)
+    return Status::Error(Code::kCorruption, "chunk `{}` has {} bytes, expected {}", path, st.st_size, ref.length);
+  XXH3_state_t* state = XXH3_createState();
+  if (state == nullptr) return Status::Error(Code::kInternal, "out of memory for a digest state");
+  XXH3_128bits_reset(state);
+  return ChunkReader(std::move(fd), std::move(path), ref, state);
+}
+
+ChunkReader::ChunkReader(ChunkReader&& o) noexcept
+    : fd_(std::move(o.fd_)), path_(std::move(o.path_)), ref_(o.ref_), offset_(o.offset_),
+      state_(std::exchange(o.state_, nullptr)) {}
+
+ChunkReader& ChunkReader::operator=(ChunkReader&& o) noexcept {
+  if (this != &o) {
+    if (state_) XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+    fd_ = std::move(o.fd_);
+    path_ = std::move(o.path_);
+    ref_ = o.ref_;
+    offset_ = o.offset_;
+    state_ = std::exchange(o.state_, nullptr);
+  }
+  return *this;
+}
+
+ChunkReader::~ChunkReader() {
+  if (state_) XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
+
+Status ChunkReader::Read(void* dest, uint64_t length) {
+  if (length > remaining())
+    return Status::Error(Code::kInvalidArgument, "reading {} bytes past the end of chunk `{}`", length, path_);
+  char* p = static_cast<char*>(dest);
+  for (uint64_t done = 0; done < length;) {
+    ssize_t r = ::pread(fd_.get(), p + done, length - done, static_cast<off_t>(offset_ + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return Status::Errno(errno, "reading chunk `{}`", path_);
+    if (r == 0) return Status::Error(Code::kCorruption, "chunk `{}` is truncated at {} bytes", path_, offset_ + done);
+    done += static_cast<uint64_t>(r);
+  }
+  XXH3_128bits_update(static_cast<XXH3_state_t*>(state_), p, length);
+  offset_ += length;
+  return Status::Ok();
+}
+
+Status ChunkReader::Finish() {
+  if (remaining() != 0)
+    return Status::Error(Code::kInvalidArgument, "chunk `{}` finished with {} bytes unread", path_, remaining());
+  XXH128_canonical_t canon;
+  XXH128_canonicalFromHash(&canon, XXH3_128bits_digest(static_cast<XXH3_state_t*>(state_)));
+  ChunkDigest d;
+  std::memcpy(d.data(), canon.digest, d.size());
+  if (d != ref_.digest) return Status::Error(Code::kCorruption, "chunk `{}` does not match its digest", path_);
+  return Status::Ok();
 }
 
 }  // namespace gpusnap

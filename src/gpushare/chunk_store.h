@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "gpusnap/status.h"
+#include "util/fd.h"
 
 namespace gpusnap {
 
@@ -116,6 +117,35 @@ class ChunkStore {
   Status ReadChunk(const ChunkRef& ref, char* dest) const;
   std::string root_;
   DirectIo direct_io_ = DirectIo::kOff;
+};
+
+// Reads one stored chunk in pieces and checks its digest as the bytes go by:
+// Open, Read the pieces in order, Finish. For callers that pass each piece on
+// (a copy to the GPU) while they read the next. A caller must not trust the
+// bytes until Finish says OK.
+class ChunkReader {
+ public:
+  // kNotFound naming a missing chunk file; kCorruption for one of the wrong
+  // size. REQUIRES: !ref.zero.
+  static Result<ChunkReader> Open(const ChunkStore& store, const ChunkRef& ref);
+  ChunkReader(ChunkReader&&) noexcept;
+  ChunkReader& operator=(ChunkReader&&) noexcept;
+  ~ChunkReader();
+
+  uint64_t remaining() const { return ref_.length - offset_; }
+  // The next `length` bytes (at most remaining()) into `dest`.
+  Status Read(void* dest, uint64_t length);
+  // kCorruption unless every byte was read and the digest matches.
+  Status Finish();
+
+ private:
+  ChunkReader(UniqueFd fd, std::string path, ChunkRef ref, void* state)
+      : fd_(std::move(fd)), path_(std::move(path)), ref_(ref), state_(state) {}
+  UniqueFd fd_;
+  std::string path_;
+  ChunkRef ref_;
+  uint64_t offset_ = 0;
+  void* state_ = nullptr;  // XXH3_state_t*
 };
 
 }  // namespace gpusnap

@@ -239,6 +239,46 @@ TEST(ChunkStoreOtherFs, RoundTripWithDirectIo) {
   EXPECT_TRUE(back == data);
 }
 
+TEST_F(ChunkStoreTest, ReaderReadsInPiecesAndChecksTheDigestAtTheEnd) {
+  std::vector<char> data(kChunkBytes);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 13 + 1);
+  auto a = store_->Save(data.data(), data.size(), 0x1000, 0);
+  ASSERT_TRUE(a.ok());
+  const ChunkRef& ref = a->chunks[0];
+  auto reader = ChunkReader::Open(*store_, ref);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  std::vector<char> back(data.size());
+  uint64_t piece = 5 << 20;  // not a divisor of the chunk
+  for (uint64_t off = 0; reader->remaining() > 0; off += piece) {
+    uint64_t n = std::min(piece, reader->remaining());
+    ASSERT_TRUE(reader->Read(back.data() + off, n).ok());
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_TRUE(back == data);
+  EXPECT_FALSE(reader->Read(back.data(), 1).ok());  // nothing left
+
+  // Unfinished, and a flipped bit: both refused at Finish.
+  auto early = ChunkReader::Open(*store_, ref);
+  ASSERT_TRUE(early->Read(back.data(), 10).ok());
+  EXPECT_NE(early->Finish().message().find("unread"), std::string::npos);
+  std::string path = store_->ChunkPath(ref.digest);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(777);
+    f.put(static_cast<char>(data[777] ^ 4));
+  }
+  auto flipped = ChunkReader::Open(*store_, ref);
+  ASSERT_TRUE(flipped.ok());
+  ASSERT_TRUE(flipped->Read(back.data(), ref.length).ok());
+  Status st = flipped->Finish();
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("does not match its digest"), std::string::npos);
+  ::unlink(path.c_str());
+  auto missing = ChunkReader::Open(*store_, ref);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(path), std::string::npos);
+}
+
 TEST(ChunkStoreHelpers, IsAllZero) {
   std::vector<char> v(200000, 0);
   EXPECT_TRUE(IsAllZero(v.data(), v.size()));

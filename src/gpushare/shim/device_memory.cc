@@ -43,6 +43,10 @@ unsigned ThreadsFromEnv(const char* name, unsigned fallback) {
   return n >= 1 && n <= 64 ? static_cast<unsigned>(n) : fallback;
 }
 
+// Loads stage pieces of chunks: small pinned buffers are quick to pin, and a
+// piece's copy runs while the next piece is read.
+constexpr uint64_t kStagingPieceBytes = 16ull << 20;
+
 // One chunk of one allocation.
 struct ChunkJob {
   size_t alloc = 0;
@@ -76,15 +80,19 @@ class Staging {
     }
     for (void* b : buffers_) d.free_host(b);
   }
-  Status Init(int buffers) {
+  Status Init(int buffers, uint64_t bytes) {
     for (int i = 0; i < buffers; ++i) {
       void* p = nullptr;
-      SHIM_CU(Real().host_alloc(&p, kChunkBytes, abi::kMemHostAllocPortable), "cuMemHostAlloc");
+      SHIM_CU(Real().host_alloc(&p, bytes, abi::kMemHostAllocPortable), "cuMemHostAlloc");
       buffers_.push_back(p);
     }
     return Status::Ok();
   }
   void* buffer(size_t i) { return buffers_[i]; }
+  // A worker's own bookkeeping of its buffers: the stream whose copy last read
+  // each one, and whose turn is next.
+  std::vector<abi::CUstream> pending;
+  size_t turn = 0;
   // Makes `ctx` current on this thread and returns its stream number `i`.
   Result<abi::CUstream> Stream(uint64_t ctx, size_t i) {
     const RealDriver& d = Real();
@@ -106,7 +114,7 @@ class Staging {
 // Runs `work(worker, job)` for every job on `threads` threads, each with its
 // own Staging of `buffers` pinned buffers. The first failure stops the rest
 // and is returned.
-Status RunChunkJobs(size_t jobs, unsigned threads, int buffers, uint64_t context,
+Status RunChunkJobs(size_t jobs, unsigned threads, int buffers, uint64_t buffer_bytes, uint64_t context,
                     const std::function<Status(Staging&, size_t job, size_t nth_of_worker)>& work) {
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
@@ -122,7 +130,7 @@ Status RunChunkJobs(size_t jobs, unsigned threads, int buffers, uint64_t context
     if (abi::CUresult rc = Real().ctx_set_current(reinterpret_cast<abi::CUcontext>(context)); rc != abi::CUDA_SUCCESS)
       return fail(DriverError("cuCtxSetCurrent", rc));
     Staging staging;
-    if (Status st = staging.Init(buffers); !st.ok()) return fail(st);
+    if (Status st = staging.Init(buffers, buffer_bytes); !st.ok()) return fail(st);
     size_t nth = 0;
     for (size_t j; !failed && (j = next.fetch_add(1)) < jobs; ++nth) {
       if (Status st = work(staging, j, nth); !st.ok()) return fail(st);
@@ -265,7 +273,7 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   std::mutex stats_mu;
   SaveStats stats;
   // Saving changes nothing in the process: a failure here leaves it as it was.
-  Status st = RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1,
+  Status st = RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, kChunkBytes,
                            allocs.empty() ? 0 : allocs.front().context,
                            [&](Staging& staging, size_t j, size_t) -> Status {
                              if (j == SIZE_MAX) return Status::Ok();
@@ -372,17 +380,21 @@ Status DeviceMemory::Fill(const std::string& chunk_store, const std::vector<Trac
     sources.push_back(it->second);
   }
   std::vector<ChunkJob> jobs = ChunkJobs(allocs);
-  // Two buffers per worker: one is read from the store while the other's copy runs.
-  return RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_LOAD_THREADS", 6), 2,
+  // Each worker reads a chunk in pieces into its pinned buffers, in turn, and
+  // copies each piece on while reading the next; the chunk's digest is
+  // checked when its last piece is read. A bad chunk fails the load, and the
+  // caller tears the process down: nothing runs on what was copied.
+  constexpr int kBuffers = 2;
+  return RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_LOAD_THREADS", 12), kBuffers, kStagingPieceBytes,
                       allocs.empty() ? 0 : allocs.front().context,
-                      [&, pending = std::vector<std::pair<uint64_t, abi::CUstream>>()](
-                          Staging& staging, size_t j, size_t nth) mutable -> Status {
-                        if (pending.empty()) pending.assign(2, {0, nullptr});
-                        size_t slot = nth % 2;
+                      [&](Staging& staging, size_t j, size_t) -> Status {
+                        auto& pending = staging.pending;
+                        pending.resize(kBuffers, nullptr);
                         if (j == SIZE_MAX) {
-                          for (auto& [ctx, s] : pending)
+                          for (abi::CUstream& s : pending) {
                             if (s) SHIM_CU(Real().stream_synchronize(s), "cuStreamSynchronize");
-                          pending.assign(2, {0, nullptr});
+                            s = nullptr;
+                          }
                           return Status::Ok();
                         }
                         const ChunkJob& job = jobs[j];
@@ -391,17 +403,26 @@ Status DeviceMemory::Fill(const std::string& chunk_store, const std::vector<Trac
                         if (ref.length != job.length)
                           return Status::Error(Code::kCorruption, "load: chunk {} of {:#x} has {} bytes, expected {}",
                                                job.index, a.va, ref.length, job.length);
-                        GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(a.context, slot));
-                        if (pending[slot].second) SHIM_CU(Real().stream_synchronize(pending[slot].second), "cuStreamSynchronize");
-                        pending[slot] = {a.context, stream};
                         if (ref.zero) {
+                          GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(a.context, 0));
                           SHIM_CU(Real().memset_d8_async(a.va + job.offset, 0, job.length, stream), "cuMemsetD8Async");
+                          pending[0] = stream;
                           return Status::Ok();
                         }
-                        GPUSNAP_RETURN_IF_ERROR(store.LoadChunk(ref, staging.buffer(slot)));
-                        SHIM_CU(Real().copy_htod_async(a.va + job.offset, staging.buffer(slot), job.length, stream),
-                                "cuMemcpyHtoDAsync");
-                        return Status::Ok();
+                        GPUSNAP_ASSIGN_OR_RETURN(ChunkReader reader, ChunkReader::Open(store, ref));
+                        for (uint64_t off = 0; reader.remaining() > 0;) {
+                          size_t slot = staging.turn++ % kBuffers;
+                          GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(a.context, slot));
+                          // The buffer's previous copy must be done before it is refilled.
+                          if (pending[slot]) SHIM_CU(Real().stream_synchronize(pending[slot]), "cuStreamSynchronize");
+                          pending[slot] = stream;
+                          uint64_t n = std::min(kStagingPieceBytes, reader.remaining());
+                          GPUSNAP_RETURN_IF_ERROR(reader.Read(staging.buffer(slot), n));
+                          SHIM_CU(Real().copy_htod_async(a.va + job.offset + off, staging.buffer(slot), n, stream),
+                                  "cuMemcpyHtoDAsync");
+                          off += n;
+                        }
+                        return reader.Finish();
                       });
 }
 
