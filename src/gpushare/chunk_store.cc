@@ -48,19 +48,6 @@ Status WriteAll(int fd, const char* p, uint64_t n, const std::string& path) {
   return Status::Ok();
 }
 
-// Reads exactly n bytes at offset 0; a short file is kCorruption.
-Status ReadAll(int fd, char* p, uint64_t n, const std::string& path) {
-  uint64_t off = 0;
-  while (off < n) {
-    ssize_t r = ::pread(fd, p + off, n - off, static_cast<off_t>(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status::Errno(errno, "reading chunk `{}`", path);
-    if (r == 0) return Status::Error(Code::kCorruption, "chunk `{}` is truncated: {} of {} bytes", path, off, n);
-    off += static_cast<uint64_t>(r);
-  }
-  return Status::Ok();
-}
-
 std::string TempSuffix() {
   std::random_device rd;
   return fmt::format(".tmp-{}-{:08x}{:08x}", ::getpid(), rd(), rd());
@@ -215,17 +202,9 @@ Status ChunkStore::ReadChunk(const ChunkRef& ref, char* dest) const {
     std::memset(dest, 0, ref.length);
     return Status::Ok();
   }
-  std::string path = ChunkPath(ref.digest);
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::Errno(errno, "opening chunk `{}`", path);
-  struct stat st{};
-  if (::fstat(fd.get(), &st) != 0) return Status::Errno(errno, "reading chunk `{}`", path);
-  if (static_cast<uint64_t>(st.st_size) != ref.length)
-    return Status::Error(Code::kCorruption, "chunk `{}` has {} bytes, expected {}", path, st.st_size, ref.length);
-  GPUSNAP_RETURN_IF_ERROR(ReadAll(fd.get(), dest, ref.length, path));
-  if (ComputeChunkDigest(dest, ref.length) != ref.digest)
-    return Status::Error(Code::kCorruption, "chunk `{}` does not match its digest", path);
-  return Status::Ok();
+  GPUSNAP_ASSIGN_OR_RETURN(ChunkReader reader, ChunkReader::Open(*this, ref));
+  GPUSNAP_RETURN_IF_ERROR(reader.Read(dest, ref.length));
+  return reader.Finish();
 }
 
 Status ChunkStore::Load(const ChunkedAllocation& alloc, void* dest, uint64_t dest_size, unsigned threads) const {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <future>
@@ -54,6 +55,57 @@ Status Command(const ShimProcess& p, ShimCommand c, const std::string& store = "
   return Send(p, req, wait_ms).status();
 }
 
+using ManifestOf = std::function<std::string(const ShimProcess&)>;
+
+// Quiesce all, then release all; on any failure every process is brought back.
+Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
+                         const ManifestOf& manifest_of, int quiesce_timeout_ms, std::map<std::string, double>& timings) {
+  auto t0 = Clock::now();
+  std::vector<Status> quiesced = OnEach(procs, [&](const ShimProcess& p) {
+    return Command(p, ShimCommand::kQuiesce, "", "", quiesce_timeout_ms);
+  });
+  timings["gpushare-quiesce"] = SecondsSince(t0);
+  if (Status st = FirstError(quiesced); !st.ok()) {
+    OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
+    return st;
+  }
+  auto t1 = Clock::now();
+  std::vector<Status> released = OnEach(procs, [&](const ShimProcess& p) {
+    return Command(p, ShimCommand::kRelease, chunk_store, manifest_of(p));
+  });
+  timings["gpushare-release"] = SecondsSince(t1);
+  if (Status st = FirstError(released); !st.ok()) {
+    // A failed release rolled itself back; the others come back from their chunks.
+    OnEach(procs, [&](const ShimProcess& p) {
+      size_t i = static_cast<size_t>(&p - procs.data());
+      if (released[i].ok()) GPUSNAP_RETURN_IF_ERROR(Command(p, ShimCommand::kLoad, chunk_store, manifest_of(p)));
+      return Command(p, ShimCommand::kResume);
+    });
+    return st;
+  }
+  return Status::Ok();
+}
+
+// Load every released process (all of them, or only those the shim says are
+// released), then resume every one.
+Status LoadAndResume(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
+                     const ManifestOf& manifest_of, bool only_released, std::map<std::string, double>& timings) {
+  auto t0 = Clock::now();
+  std::vector<Status> loaded = OnEach(procs, [&](const ShimProcess& p) -> Status {
+    if (only_released) {
+      GPUSNAP_ASSIGN_OR_RETURN(auto state, Send(p, {ShimCommand::kState, "", "", 10000}, 30000));
+      if (state.value("state", "") != "released") return Status::Ok();
+    }
+    return Command(p, ShimCommand::kLoad, chunk_store, manifest_of(p));
+  });
+  timings["gpushare-load"] = SecondsSince(t0);
+  GPUSNAP_RETURN_IF_ERROR(FirstError(loaded));
+  auto t1 = Clock::now();
+  Status st = ResumeAll(procs);
+  timings["gpushare-resume"] = SecondsSince(t1);
+  return st;
+}
+
 }  // namespace
 
 Result<bool> DecideShimUse(const std::vector<pid_t>& gpu_pids, const std::vector<bool>& maps_shim) {
@@ -88,7 +140,7 @@ std::string MappedShimPath(pid_t pid) {
 // descriptors and its network namespace's unix socket table, because after a
 // restore the name (made in the first pid namespace) no longer matches the
 // namespace the process is in.
-std::string ListeningControlSocket(pid_t pid) {
+static std::string ListeningControlSocket(pid_t pid) {
   std::set<std::string> inodes;
   std::error_code ec;
   for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
@@ -114,15 +166,7 @@ Result<std::vector<ShimProcess>> FindShimProcesses(const std::vector<pid_t>& gpu
   GPUSNAP_ASSIGN_OR_RETURN(bool use, DecideShimUse(gpu_pids, maps));
   std::vector<ShimProcess> out;
   if (!use) return out;
-  for (pid_t p : gpu_pids) {
-    GPUSNAP_ASSIGN_OR_RETURN(auto nspids, proc::NsPids(p));
-    std::string socket = ListeningControlSocket(p);
-    if (socket.empty())
-      return Status::Error(Code::kFailedPrecondition,
-                           "GPU process {} loads the gpushare shim but listens on no control socket (see its log)", p);
-    out.push_back({p, nspids.back(), socket});
-  }
-  return out;
+  return ShimProcessesOf(gpu_pids);
 }
 
 Result<nlohmann::json> Send(const ShimProcess& p, const ControlRequest& request, int timeout_ms) {
@@ -170,44 +214,14 @@ std::string ManifestPath(const std::string& dir, const ShimProcess& p) {
 
 Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
                   const std::string& manifest_dir, int quiesce_timeout_ms, std::map<std::string, double>& timings) {
-  auto t0 = Clock::now();
-  std::vector<Status> quiesced = OnEach(procs, [&](const ShimProcess& p) {
-    return Command(p, ShimCommand::kQuiesce, "", "", quiesce_timeout_ms);
-  });
-  timings["gpushare-quiesce"] = SecondsSince(t0);
-  if (Status st = FirstError(quiesced); !st.ok()) {
-    OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
-    return st;
-  }
-  auto t1 = Clock::now();
-  std::vector<Status> released = OnEach(procs, [&](const ShimProcess& p) {
-    return Command(p, ShimCommand::kRelease, chunk_store, ManifestPath(manifest_dir, p));
-  });
-  timings["gpushare-release"] = SecondsSince(t1);
-  if (Status st = FirstError(released); !st.ok()) {
-    // A failed release rolled itself back; the others come back from their chunks.
-    OnEach(procs, [&](const ShimProcess& p) {
-      size_t i = static_cast<size_t>(&p - procs.data());
-      if (released[i].ok()) GPUSNAP_RETURN_IF_ERROR(Command(p, ShimCommand::kLoad, chunk_store, ManifestPath(manifest_dir, p)));
-      return Command(p, ShimCommand::kResume);
-    });
-    return st;
-  }
-  return Status::Ok();
+  return QuiesceAndRelease(procs, chunk_store, [&](const ShimProcess& p) { return ManifestPath(manifest_dir, p); },
+                           quiesce_timeout_ms, timings);
 }
 
 Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store, const std::string& manifest_dir,
                std::map<std::string, double>& timings) {
-  auto t0 = Clock::now();
-  std::vector<Status> loaded = OnEach(procs, [&](const ShimProcess& p) {
-    return Command(p, ShimCommand::kLoad, chunk_store, ManifestPath(manifest_dir, p));
-  });
-  timings["gpushare-load"] = SecondsSince(t0);
-  GPUSNAP_RETURN_IF_ERROR(FirstError(loaded));
-  auto t1 = Clock::now();
-  Status st = ResumeAll(procs);
-  timings["gpushare-resume"] = SecondsSince(t1);
-  return st;
+  return LoadAndResume(procs, chunk_store, [&](const ShimProcess& p) { return ManifestPath(manifest_dir, p); }, false,
+                       timings);
 }
 
 Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids) {
@@ -242,7 +256,9 @@ Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids)
     std::string socket = ListeningControlSocket(p);
     if (socket.empty())
       return Status::Error(Code::kFailedPrecondition,
-                           "pid {} loads the gpushare shim but listens on no control socket (has it called cuInit?)", p);
+                           "pid {} loads the gpushare shim but listens on no control socket (has it called cuInit? "
+                           "see its log)",
+                           p);
     out.push_back({p, nspids.back(), socket});
   }
   return out;
@@ -254,50 +270,18 @@ std::string SuspendedDir(const std::string& store, const ShimProcess& p) {
 
 Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,
                       std::map<std::string, double>& timings) {
-  for (const ShimProcess& p : procs) GPUSNAP_RETURN_IF_ERROR(MakeDirs(SuspendedDir(store, p), 0700));
   // Each process keeps its manifest in a directory of its own.
-  auto t0 = Clock::now();
-  std::vector<Status> quiesced = OnEach(procs, [&](const ShimProcess& p) {
-    return Command(p, ShimCommand::kQuiesce, "", "", quiesce_timeout_ms);
-  });
-  timings["gpushare-quiesce"] = SecondsSince(t0);
-  if (Status st = FirstError(quiesced); !st.ok()) {
-    OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
-    return st;
-  }
-  auto t1 = Clock::now();
-  std::vector<Status> released = OnEach(procs, [&](const ShimProcess& p) {
-    return Command(p, ShimCommand::kRelease, store, ManifestPath(SuspendedDir(store, p), p));
-  });
-  timings["gpushare-release"] = SecondsSince(t1);
-  if (Status st = FirstError(released); !st.ok()) {
-    OnEach(procs, [&](const ShimProcess& p) {
-      size_t i = static_cast<size_t>(&p - procs.data());
-      if (released[i].ok())
-        GPUSNAP_RETURN_IF_ERROR(Command(p, ShimCommand::kLoad, store, ManifestPath(SuspendedDir(store, p), p)));
-      return Command(p, ShimCommand::kResume);
-    });
-    return st;
-  }
-  return Status::Ok();
+  for (const ShimProcess& p : procs) GPUSNAP_RETURN_IF_ERROR(MakeDirs(SuspendedDir(store, p), 0700));
+  return QuiesceAndRelease(procs, store, [&](const ShimProcess& p) { return ManifestPath(SuspendedDir(store, p), p); },
+                           quiesce_timeout_ms, timings);
 }
 
 Status ResumeInPlace(const std::vector<ShimProcess>& procs, const std::string& store,
                      std::map<std::string, double>& timings) {
-  auto t0 = Clock::now();
-  std::vector<Status> loaded = OnEach(procs, [&](const ShimProcess& p) -> Status {
-    GPUSNAP_ASSIGN_OR_RETURN(auto state, Send(p, {ShimCommand::kState, "", "", 10000}, 30000));
-    if (state.value("state", "") != "released") return Status::Ok();
-    GPUSNAP_RETURN_IF_ERROR(Command(p, ShimCommand::kLoad, store, ManifestPath(SuspendedDir(store, p), p)));
-    (void)RemoveTree(SuspendedDir(store, p));
-    return Status::Ok();
-  });
-  timings["gpushare-load"] = SecondsSince(t0);
-  GPUSNAP_RETURN_IF_ERROR(FirstError(loaded));
-  auto t1 = Clock::now();
-  Status st = ResumeAll(procs);
-  timings["gpushare-resume"] = SecondsSince(t1);
-  return st;
+  GPUSNAP_RETURN_IF_ERROR(LoadAndResume(
+      procs, store, [&](const ShimProcess& p) { return ManifestPath(SuspendedDir(store, p), p); }, true, timings));
+  for (const ShimProcess& p : procs) (void)RemoveTree(SuspendedDir(store, p));
+  return Status::Ok();
 }
 
 Status ResumeAll(const std::vector<ShimProcess>& procs) {

@@ -3,6 +3,7 @@ the real CRIU on real processes, each test in its own store and run
 directory, and stops every workload it started (by its reaper's pid)."""
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -13,6 +14,8 @@ import unittest
 
 GPUSNAP = os.environ.get("GPUSNAP_BIN", os.path.join(os.path.dirname(__file__), "../../build/gpusnap"))
 WORKLOADS = os.environ.get("GPUSNAP_WORKLOADS", os.path.join(os.path.dirname(__file__), "../../build/workloads"))
+FAKE_CUDA_DIR = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(os.path.dirname(__file__), "../../build/fakes"))
+DRIVER_VERSION_LINE = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  Tue Jan  1 00:00:00 UTC 2026\n"
 
 
 def require_root(case):
@@ -128,3 +131,53 @@ class GpusnapCase(unittest.TestCase):
 
     def assert_no_fail_in_logs(self):
         self.assertNotIn("FAIL:", self.logs())
+
+
+class FakeGpuCase(GpusnapCase):
+    """A GPU-less machine made to look like a GPU node to gpusnap: the fake
+    libcuda through gpusnap's own dlopen (self.gpu_env), a /dev/nvidia-*
+    stand-in for a workload to map (self.device), and a stand-in of the
+    driver's /proc directory (self.nvproc, set_driver)."""
+
+    def setUp(self):
+        super().setUp()
+        if not os.path.exists(os.path.join(FAKE_CUDA_DIR, "libcuda.so.1")):
+            self.skipTest(f"no fake libcuda in {FAKE_CUDA_DIR} (build target fake_cuda)")
+        self.device = f"/dev/nvidia-gpusnap-test-{os.urandom(4).hex()}"
+        with open(self.device, "wb") as f:
+            f.write(b"\0" * 4096)
+        self.addCleanup(os.unlink, self.device)
+        self.nvproc = os.path.join(self.tmp, "nvidia")
+        os.makedirs(self.nvproc)
+        self.set_driver("580.159.04")
+        self.log = os.path.join(self.tmp, "fake-cuda.log")
+        self.states = os.path.join(self.tmp, "states")
+        self.gpu_env = dict(self.env, LD_LIBRARY_PATH=FAKE_CUDA_DIR, FAKE_CUDA_LOG=self.log,
+                            FAKE_CUDA_STATE_FILE=self.states, FAKE_CUDA_GPUS="1", GPUSNAP_NVIDIA_PROC_DIR=self.nvproc)
+
+    def set_driver(self, version):
+        with open(os.path.join(self.nvproc, "version"), "w") as f:
+            f.write(DRIVER_VERSION_LINE.format(version))
+
+
+class WorkerSteps:
+    """For tests of tests/workloads/vmm_worker, whose output (self.output)
+    is one "step N counter N sum S" line per step."""
+
+    def steps(self):
+        with open(self.output) as f:
+            text = f.read()
+        self.assertNotRegex(text, r"MISMATCH|CUDA error", text[-2000:])
+        return [int(m[1]) for m in re.finditer(r"^step (\d+) counter \1 sum \d+$", text, re.M)]
+
+    def wait_steps(self, at_least, timeout=30):
+        end = time.time() + timeout
+        while time.time() < end:
+            if os.path.exists(self.output) and len(self.steps()) >= at_least:
+                return
+            time.sleep(0.05)
+        self.fail(f"vmm_worker did not reach step {at_least}:\n{self.logs()}")
+
+    def assert_steps_unbroken(self):
+        steps = self.steps()
+        self.assertEqual(steps, list(range(1, len(steps) + 1)), "steps lost or repeated")

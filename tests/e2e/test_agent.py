@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from harness import GPUSNAP, WORKLOADS, GpusnapCase, free_port
+from harness import GPUSNAP, WORKLOADS, FakeGpuCase, GpusnapCase, free_port
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -331,27 +331,10 @@ class AgentApi(AgentCase):
         self.assertEqual(sorted(s["id"] for s in snaps), [f"many-{i:04d}" for i in range(1000)])
 
 
-class AgentGpuWithFakeDriver(AgentCase):
+class AgentGpuWithFakeDriver(AgentCase, FakeGpuCase):
     """The GPU steps through the agent on a GPU-less machine, as
     test_gpu_flow_fake does for the CLI: the fake libcuda through the same
     dlopen, a workload that maps a /dev/nvidia-* stand-in; CRIU is real."""
-
-    def setUp(self):
-        super().setUp()
-        fake_dir = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(os.path.dirname(__file__), "../../build/fakes"))
-        if not os.path.exists(os.path.join(fake_dir, "libcuda.so.1")):
-            self.skipTest(f"no fake libcuda in {fake_dir} (build target fake_cuda)")
-        self.device = f"/dev/nvidia-gpusnap-test-{os.urandom(4).hex()}"
-        with open(self.device, "wb") as f:
-            f.write(b"\0" * 4096)
-        self.addCleanup(os.unlink, self.device)
-        nvproc = os.path.join(self.tmp, "nvidia")
-        os.makedirs(nvproc)
-        with open(os.path.join(nvproc, "version"), "w") as f:
-            f.write("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Jan  1 00:00:00 UTC 2026\n")
-        self.gpu_env = dict(self.env, LD_LIBRARY_PATH=fake_dir, FAKE_CUDA_LOG=os.path.join(self.tmp, "fake-cuda.log"),
-                            FAKE_CUDA_STATE_FILE=os.path.join(self.tmp, "states"), FAKE_CUDA_GPUS="1",
-                            GPUSNAP_NVIDIA_PROC_DIR=nvproc)
 
     def test_gpu_process_listed_checkpointed_and_restored(self):
         pid = int(self.gs("run", "--name", "gpu", "--", os.path.join(WORKLOADS, "counter"), self.data, "0",

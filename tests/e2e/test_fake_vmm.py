@@ -9,11 +9,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 import unittest
-import uuid
 
-from harness import GpusnapCase
+from harness import FakeGpuCase, WorkerSteps
 
 FAKE_DIR = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(os.path.dirname(__file__), "../../build/fakes"))
 WORKLOADS = os.environ.get("GPUSNAP_WORKLOADS", os.path.join(os.path.dirname(__file__), "../../build/workloads"))
@@ -137,7 +135,7 @@ class VmmWorker(unittest.TestCase):
         self.assertEqual(p.wait(timeout=30), 1)
 
 
-class WorkerUnderCriu(GpusnapCase):
+class WorkerUnderCriu(WorkerSteps, FakeGpuCase):
     """The fake's device memory is ordinary memory to CRIU: plain anonymous
     mappings (cuMemAlloc_v2) and shared memfd mappings (cuMemCreate + cuMemMap)
     come back at the same addresses with the same contents."""
@@ -147,20 +145,6 @@ class WorkerUnderCriu(GpusnapCase):
         if not os.path.exists(fake_library()) or not os.path.exists(WORKER):
             self.skipTest("needs the fake libcuda and vmm_worker (build targets fake_cuda, wl_vmm_worker)")
         self.output = os.path.join(self.run_dir, "logs", "vmm.log")
-
-    def steps(self):
-        with open(self.output) as f:
-            text = f.read()
-        self.assertNotRegex(text, r"MISMATCH|CUDA error", text[-2000:])
-        return [int(m[1]) for m in re.finditer(r"^step (\d+) counter \1 sum \d+$", text, re.M)]
-
-    def wait_steps(self, at_least, timeout=30):
-        end = time.time() + timeout
-        while time.time() < end:
-            if os.path.exists(self.output) and len(self.steps()) >= at_least:
-                return
-            time.sleep(0.05)
-        self.fail(f"vmm_worker did not reach step {at_least}:\n{self.logs()}")
 
     def checkpoint_and_restore(self, alloc):
         env = dict(self.env, LD_LIBRARY_PATH=FAKE_DIR)
@@ -182,18 +166,10 @@ class WorkerUnderCriu(GpusnapCase):
         self.checkpoint_and_restore("vmm")
 
     def test_as_a_gpu_process_through_the_checkpoint_api(self):
-        # A stand-in device file makes gpusnap take it for a GPU process and
-        # drive the fake's checkpoint API around the dump (see test_gpu_flow_fake).
-        device = f"/dev/nvidia-gpusnap-test-{uuid.uuid4().hex[:8]}"
-        with open(device, "wb") as f:
-            f.write(b"\0" * 4096)
-        self.addCleanup(os.unlink, device)
-        nvproc = os.path.join(self.tmp, "nvidia")
-        os.makedirs(nvproc)
-        with open(os.path.join(nvproc, "version"), "w") as f:
-            f.write("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Jan  1 00:00:00 UTC 2026\n")
-        gpu_env = dict(self.env, LD_LIBRARY_PATH=FAKE_DIR, FAKE_CUDA_STATE_FILE=os.path.join(self.tmp, "states"),
-                       GPUSNAP_NVIDIA_PROC_DIR=nvproc)
+        # The device stand-in makes gpusnap take it for a GPU process and drive
+        # the fake's checkpoint API around the dump (see test_gpu_flow_fake).
+        gpu_env = self.gpu_env
+        device = self.device
         self.gs("run", "--name", "vmm", "--", WORKER, "--alloc", "vmm", "--mib", "5,3,1", "--zero-mib", "4",
                 "--interval-ms", "20", "--full-every", "1", "--device-file", device, env=gpu_env)
         self.wait_steps(3)

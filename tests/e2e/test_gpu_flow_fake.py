@@ -7,38 +7,17 @@ import os
 import subprocess
 import time
 import unittest
-import uuid
 
-from harness import WORKLOADS, GpusnapCase
-
-FAKE_DIR = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(os.path.dirname(__file__), "../../build/fakes"))
-VERSION_LINE = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  {}  Tue Jan  1 00:00:00 UTC 2026\n"
+from harness import WORKLOADS, FakeGpuCase
 
 
-class GpuFlowWithFakeDriver(GpusnapCase):
+class GpuFlowWithFakeDriver(FakeGpuCase):
     def setUp(self):
         super().setUp()
-        if not os.path.exists(os.path.join(FAKE_DIR, "libcuda.so.1")):
-            self.skipTest(f"no fake libcuda in {FAKE_DIR} (build target fake_cuda)")
-        self.device = f"/dev/nvidia-gpusnap-test-{uuid.uuid4().hex[:8]}"
-        with open(self.device, "wb") as f:
-            f.write(b"\0" * 4096)
-        self.addCleanup(os.unlink, self.device)
-        self.nvproc = os.path.join(self.tmp, "nvidia")
-        os.makedirs(self.nvproc)
-        self.set_driver("580.159.04")
-        self.log = os.path.join(self.tmp, "fake-cuda.log")
-        self.states = os.path.join(self.tmp, "states")
         # Only gpusnap loads the fake; `gpusnap run` keeps the workload's own environment.
-        self.gpu_env = dict(self.env, LD_LIBRARY_PATH=FAKE_DIR, FAKE_CUDA_LOG=self.log, FAKE_CUDA_STATE_FILE=self.states,
-                            FAKE_CUDA_GPUS="1", GPUSNAP_NVIDIA_PROC_DIR=self.nvproc)
         self.pid = int(self.gs("run", "--name", "gpu", "--", os.path.join(WORKLOADS, "counter"), self.data, "0",
                                self.device).stdout.strip())
         self.wait_count(self.pid, 3)
-
-    def set_driver(self, version):
-        with open(os.path.join(self.nvproc, "version"), "w") as f:
-            f.write(VERSION_LINE.format(version))
 
     def device_state(self):
         """The fake driver's state of the workload, kept in the device stand-in."""

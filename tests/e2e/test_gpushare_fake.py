@@ -5,14 +5,11 @@ control socket, the chunk store, CRIU and gpusnap's checkpoint/restore steps
 all run as in production; only the driver underneath is the CPU fake."""
 import json
 import os
-import re
-import socket
 import subprocess
 import time
 import unittest
-import uuid
 
-from harness import GPUSNAP, GpusnapCase
+from harness import GPUSNAP, FakeGpuCase, WorkerSteps
 
 BUILD = os.path.dirname(GPUSNAP)
 FAKE_DIR = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(BUILD, "fakes"))
@@ -26,29 +23,17 @@ WORKER_ARGS = ["--mib", "70,5,1", "--zero-mib", "64", "--interval-ms", "20", "--
 DEVICE_BYTES = (70 + 6 + 64) * MIB  # as the shim maps them: 5 MiB rounds up to 6
 
 
-class GpushareFake(GpusnapCase):
+class GpushareFake(WorkerSteps, FakeGpuCase):
     def setUp(self):
         super().setUp()
         for path, target in ((os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"), (WORKER, "wl_vmm_worker"),
                              (SHIM, "gpusnap_gpushare")):
             if not os.path.exists(path):
                 self.skipTest(f"no {path} (build target {target})")
-        # What makes gpusnap take the worker for a GPU process on a machine without one.
-        self.device = f"/dev/nvidia-gpusnap-test-{uuid.uuid4().hex[:8]}"
-        with open(self.device, "wb") as f:
-            f.write(b"\0" * 4096)
-        self.addCleanup(os.unlink, self.device)
-        nvproc = os.path.join(self.tmp, "nvidia")
-        os.makedirs(nvproc)
-        with open(os.path.join(nvproc, "version"), "w") as f:
-            f.write("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Jan  1 00:00:00 UTC 2026\n")
         self.fail_file = os.path.join(self.tmp, "fail")
         open(self.fail_file, "w").close()
-        self.calls_log = os.path.join(self.tmp, "calls.log")
-        env = {k: v for k, v in self.env.items() if not k.startswith("FAKE_CUDA_")}
-        self.env = dict(env, LD_LIBRARY_PATH=FAKE_DIR, FAKE_CUDA_STATE_FILE=os.path.join(self.tmp, "states"),
-                        FAKE_CUDA_FAIL_FILE=self.fail_file, FAKE_CUDA_LOG=self.calls_log,
-                        GPUSNAP_NVIDIA_PROC_DIR=nvproc)
+        # The worker loads the fake too (it is the process the driver serves).
+        self.env = dict(self.gpu_env, FAKE_CUDA_FAIL_FILE=self.fail_file)
         self.output = os.path.join(self.run_dir, "logs", "vmm.log")
 
     # --- the worker -----------------------------------------------------------
@@ -59,24 +44,9 @@ class GpushareFake(GpusnapCase):
         self.wait_steps(3)
         return pid
 
-    def steps(self):
-        with open(self.output) as f:
-            text = f.read()
-        self.assertNotRegex(text, r"MISMATCH|CUDA error", text[-2000:])
-        return [int(m[1]) for m in re.finditer(r"^step (\d+) counter \1 sum \d+$", text, re.M)]
-
-    def wait_steps(self, at_least, timeout=30):
-        end = time.time() + timeout
-        while time.time() < end:
-            if os.path.exists(self.output) and len(self.steps()) >= at_least:
-                return
-            time.sleep(0.05)
-        self.fail(f"vmm_worker did not reach step {at_least}:\n{self.logs()}")
-
     def assert_goes_on(self, more=5):
         self.wait_steps(len(self.steps()) + more)
-        steps = self.steps()
-        self.assertEqual(steps, list(range(1, len(steps) + 1)), "steps lost or repeated")
+        self.assert_steps_unbroken()
 
     def shim_state(self, pid):
         return self.gs_json("gpushare", "state", str(pid))["pids"][0]
@@ -176,8 +146,7 @@ class GpushareFake(GpusnapCase):
         before = len(self.steps())
         self.restore(snap)
         self.wait_steps(before + 5)
-        steps = self.steps()
-        self.assertEqual(steps, list(range(1, len(steps) + 1)), "steps lost or repeated across the restore")
+        self.assert_steps_unbroken()
         # A second cycle stores only the chunks that changed (the counters' first words).
         snap2 = self.checkpoint("vmm")
         self.assertEqual(len(self.chunk_files()), 5)
