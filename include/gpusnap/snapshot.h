@@ -67,6 +67,7 @@ struct SnapshotMeta {
   SnapshotSource source;
   std::string criu_version;
   bool tcp_established = false;    // restore must pass the same option
+  bool shell_job = false;          // the tree's session was led from outside it; restore passes the same
   std::vector<int> pids;           // every task in the tree (host pids at dump)
   uint64_t total_bytes = 0;        // sum of the files below
   std::string digest = "sha256";                // how files[].sha256 was computed (store/digest.h)

@@ -58,6 +58,7 @@ SnapshotMeta DescribeSource(const Target& t, const std::string& id, const std::s
   m.source.log = t.log;
   m.criu_version = criu_version;
   m.tcp_established = tcp;
+  m.shell_job = t.shell_job;
   m.pids.assign(t.tree.begin(), t.tree.end());
   return m;
 }

@@ -32,7 +32,7 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
         {"ns_pid", m.source.ns_pid},
         {"cmdline", m.source.cmdline},
         {"log", m.source.log}}},
-      {"criu", {{"version", m.criu_version}, {"tcp_established", m.tcp_established}}},
+      {"criu", {{"version", m.criu_version}, {"tcp_established", m.tcp_established}, {"shell_job", m.shell_job}}},
       {"pids", m.pids},
       {"total_bytes", m.total_bytes},
       {"digest", m.digest},
@@ -121,6 +121,7 @@ Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
   if (const json* c = r.Object(j, "criu")) {
     r.Get(*c, "version", m.criu_version);
     r.Get(*c, "tcp_established", m.tcp_established, false);
+    r.Get(*c, "shell_job", m.shell_job, false);
   }
   r.Get(j, "pids", m.pids, false);
   r.Get(j, "total_bytes", m.total_bytes, false);

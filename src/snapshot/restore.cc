@@ -141,7 +141,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   plan.work_dir_fd = work_fd.get();
   plan.log_file = log_name;
   plan.tcp_established = meta.tcp_established;
-  plan.shell_job = false;
+  plan.shell_job = meta.shell_job;
   plan.verbose = options.verbose;
   plan.config_file = options.criu_config;
   criu::Operation op = criu::MakeOperation(bundle, RESTORE, criu::RestoreOptions(plan, features), reaper.reaper_pid,

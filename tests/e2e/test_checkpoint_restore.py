@@ -20,6 +20,27 @@ def ask(port, sock=None):
 
 
 class RoundTrip(GpusnapCase):
+    def test_subtree_whose_session_is_led_from_outside_it(self):
+        # The counter's session leader is the shell above it, which stays out
+        # of the snapshot: the dump and the restore both need CRIU's shell-job mode.
+        sh = int(self.gs("run", "--name", "sj", "--", "sh", "-c",
+                         f"{os.path.join(WORKLOADS, 'counter')} {self.data} 0 & wait").stdout.strip())
+        child = None
+        for _ in range(100):
+            with open(f"/proc/{sh}/task/{sh}/children") as f:
+                kids = f.read().split()
+            if kids:
+                child = int(kids[0])
+                break
+            time.sleep(0.05)
+        self.assertIsNotNone(child, "the shell started no counter")
+        at = self.wait_count(child, 3)
+        snap = self.checkpoint(str(child))
+        self.assertTrue(self.gs_json("inspect", snap)["criu"]["shell_job"])
+        new = self.restore(snap)
+        self.assertGreaterEqual(self.count(new), at)
+        self.wait_count(new, at + 3)
+
     def test_count_continues_after_restore(self):
         port = free_port()
         pid = self.run_counter("counter", port)
