@@ -36,8 +36,8 @@ struct RunOptions {
 };
 
 // The gpushare shim library: $GPUSNAP_GPUSHARE_LIB, else libgpusnap_gpushare.so
-// beside the gpusnap binary, else in ../lib/gpusnap from it. kNotFound naming
-// the places looked at.
+// beside the gpusnap binary, in ../lib/gpusnap or in ../lib from it. kNotFound
+// naming the places looked at.
 Result<std::string> GpushareShimPath();
 
 std::string RunDir();

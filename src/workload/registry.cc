@@ -96,13 +96,16 @@ Result<std::string> GpushareShimPath() {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return Status::Errno(ec.value(), "finding the gpusnap binary");
+  // Beside the binary (the portable pack), the install layout, and the node
+  // bundle the webhook mounts (/gpusnap/bin, /gpusnap/lib).
   std::vector<std::filesystem::path> candidates{self.parent_path() / "libgpusnap_gpushare.so",
-                                                self.parent_path() / "../lib/gpusnap/libgpusnap_gpushare.so"};
+                                                self.parent_path() / "../lib/gpusnap/libgpusnap_gpushare.so",
+                                                self.parent_path() / "../lib/libgpusnap_gpushare.so"};
   for (const auto& c : candidates) {
     if (::access(c.c_str(), R_OK) == 0) return std::filesystem::weakly_canonical(c).string();
   }
-  return Status::Error(Code::kNotFound, "the gpushare shim is neither at `{}` nor at `{}` (set GPUSNAP_GPUSHARE_LIB)",
-                       candidates[0].string(), candidates[1].string());
+  return Status::Error(Code::kNotFound, "the gpushare shim is not at `{}`, `{}` or `{}` (set GPUSNAP_GPUSHARE_LIB)",
+                       candidates[0].string(), candidates[1].string(), candidates[2].string());
 }
 
 Result<Workload> RunWorkload(const RunOptions& options) {

@@ -103,6 +103,13 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         p = self.gs("gpushare", "state", "999999999", check=False)
         self.assertIn("no process with pid 999999999", p.stderr)
 
+    def test_run_without_the_shim_says_where_it_looked_and_starts_nothing(self):
+        env = dict(self.env, GPUSNAP_GPUSHARE_LIB="/nonexistent/libgpusnap_gpushare.so")
+        p = self.gs("run", "--gpushare", "--name", "x", "--", "true", env=env, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("GPUSNAP_GPUSHARE_LIB `/nonexistent/libgpusnap_gpushare.so`: No such file or directory", p.stderr)
+        self.assertEqual(self.workloads(), [])
+
     # --- the control socket ---------------------------------------------------
     def control_socket(self, pid):
         return self.shim_state(pid)["socket"][1:]  # abstract: the client puts the NUL in front
