@@ -286,6 +286,24 @@ test_gpushare_counter() {
   passed "$1"
 }
 
+test_gpushare_other_gpu() {
+  current="gpushare: gpu_counter with the shim checkpointed on GPU 0, restored on GPU 1"
+  if [ "$(nvidia-smi -L | grep -c '^GPU ')" -lt 2 ]; then
+    echo "SKIP: $current: needs 2 GPUs"
+    return
+  fi
+  local uuid1
+  uuid1=$(uuid_of_gpu 1)
+  pid=$(gs run --gpushare --name gsm --log "$OUT/gsm.out" -- "$BIN/gpu_counter" --gib 2 --interval-ms 100 --device 0) ||
+    { fail "run --gpushare failed"; return; }
+  reapers+=("$(reaper_of "$pid")")
+  running gsm 3 || return
+  cr gsm --gpus 1 || return
+  goes_on gsm "$before" || return
+  [ "$(gpu_mem_of "$pid")" = "$uuid1" ] || fail "restored pid $pid is on $(gpu_mem_of "$pid"), not GPU 1 ($uuid1)"
+  passed "$1"
+}
+
 # (b) and (e): the Llama-architecture server of bench/ (8B-class by default),
 # checkpointed and restored GPU_TEST_CYCLES times in a row, then once more
 # after dropping the page cache. The benchmark fails on any answer that differs
@@ -317,7 +335,7 @@ echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
-  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_llm_server_cycles"
+  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_gpushare_other_gpu test_llm_server_cycles"
 for t in ${GPU_TESTS:-$tests}; do
   $t "$failures"
 done
