@@ -235,20 +235,28 @@ test_pinned_checkpoint_restore() {
   passed "$1"
 }
 
-test_restore_on_other_gpu() {
-  current="(d) gpu_counter checkpointed on GPU 0, restored on GPU 1"
+# moved_to_gpu1 NAME [RUN FLAGS...]: gpu_counter started on GPU 0 (with RUN
+# FLAGS), checkpointed, restored with --gpus 1; its sequence goes on there.
+moved_to_gpu1() {
+  local name=$1 uuid1
+  shift
   if [ "$(nvidia-smi -L | grep -c '^GPU ')" -lt 2 ]; then
     echo "SKIP: $current: needs 2 GPUs"
-    return
+    return 1
   fi
-  local uuid1
   uuid1=$(uuid_of_gpu 1)
-  run_ns moved_cr "$BIN/gpu_counter" --gib 2 --interval-ms 100 --device 0 || { fail "run failed"; return; }
-  running moved_cr 3 || return
-  cr moved_cr --gpus 1 || return
-  goes_on moved_cr "$before"
-  [ "$(gpu_mem_of "$pid")" = "$uuid1" ] || fail "restored pid $pid is on $(gpu_mem_of "$pid"), not GPU 1 ($uuid1)"
-  passed "$1"
+  pid=$(gs run "$@" --name "$name" --log "$OUT/$name.out" -- "$BIN/gpu_counter" --gib 2 --interval-ms 100 --device 0) ||
+    { fail "run failed"; return 1; }
+  reapers+=("$(reaper_of "$pid")")
+  running "$name" 3 || return 1
+  cr "$name" --gpus 1 || return 1
+  goes_on "$name" "$before" || return 1
+  [ "$(gpu_mem_of "$pid")" = "$uuid1" ] || { fail "restored pid $pid is on $(gpu_mem_of "$pid"), not GPU 1 ($uuid1)"; return 1; }
+}
+
+test_restore_on_other_gpu() {
+  current="(d) gpu_counter checkpointed on GPU 0, restored on GPU 1"
+  moved_to_gpu1 moved_cr && passed "$1"
 }
 
 gpu_mem_mib_of() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p="$1" '$1 == p { print $2 }'; }
@@ -288,20 +296,7 @@ test_gpushare_counter() {
 
 test_gpushare_other_gpu() {
   current="gpushare: gpu_counter with the shim checkpointed on GPU 0, restored on GPU 1"
-  if [ "$(nvidia-smi -L | grep -c '^GPU ')" -lt 2 ]; then
-    echo "SKIP: $current: needs 2 GPUs"
-    return
-  fi
-  local uuid1
-  uuid1=$(uuid_of_gpu 1)
-  pid=$(gs run --gpushare --name gsm --log "$OUT/gsm.out" -- "$BIN/gpu_counter" --gib 2 --interval-ms 100 --device 0) ||
-    { fail "run --gpushare failed"; return; }
-  reapers+=("$(reaper_of "$pid")")
-  running gsm 3 || return
-  cr gsm --gpus 1 || return
-  goes_on gsm "$before" || return
-  [ "$(gpu_mem_of "$pid")" = "$uuid1" ] || fail "restored pid $pid is on $(gpu_mem_of "$pid"), not GPU 1 ($uuid1)"
-  passed "$1"
+  moved_to_gpu1 gsm --gpushare && passed "$1"
 }
 
 # (b) and (e): the Llama-architecture server of bench/ (8B-class by default),
