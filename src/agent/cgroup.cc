@@ -124,4 +124,66 @@ std::optional<KubeletLogName> ParseKubeletLogName(std::string_view name) {
   return out;
 }
 
+namespace {
+
+std::vector<std::string_view> Split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (;;) {
+    size_t at = s.find(sep);
+    out.push_back(s.substr(0, at));
+    if (at == std::string_view::npos) return out;
+    s.remove_prefix(at + 1);
+  }
+}
+
+struct CgroupMount {
+  std::string_view root;         // the hierarchy's path mounted there
+  std::string_view mount_point;
+  bool v2 = false;
+  std::vector<std::string_view> options;  // v1: the controllers (and name=...)
+};
+
+std::vector<CgroupMount> CgroupMounts(std::string_view mountinfo) {
+  std::vector<CgroupMount> out;
+  for (std::string_view line : Split(mountinfo, '\n')) {
+    // id parent major:minor root mount-point options [optional...] - fstype source super-options
+    std::vector<std::string_view> f = Split(line, ' ');
+    auto dash = std::find(f.begin(), f.end(), "-");
+    if (f.size() < 5 || dash == f.end() || f.end() - dash < 4) continue;
+    std::string_view fstype = dash[1];
+    if (fstype != "cgroup" && fstype != "cgroup2") continue;
+    out.push_back({f[3], f[4], fstype == "cgroup2", Split(dash[3], ',')});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> CgroupProcsFiles(std::string_view proc_cgroup, std::string_view mountinfo) {
+  std::vector<CgroupMount> mounts = CgroupMounts(mountinfo);
+  std::vector<std::string> out;
+  for (std::string_view line : Split(proc_cgroup, '\n')) {
+    size_t c1 = line.find(':'), c2 = c1 == std::string_view::npos ? c1 : line.find(':', c1 + 1);
+    if (c2 == std::string_view::npos) continue;
+    std::string_view controllers = line.substr(c1 + 1, c2 - c1 - 1), path = line.substr(c2 + 1);
+    bool v2 = line.substr(0, c1) == "0" && controllers.empty();
+    std::vector<std::string_view> wanted = Split(controllers, ',');
+    for (const CgroupMount& m : mounts) {
+      if (m.v2 != v2) continue;
+      if (!v2 && !std::all_of(wanted.begin(), wanted.end(), [&](std::string_view c) {
+            return std::find(m.options.begin(), m.options.end(), c) != m.options.end();
+          }))
+        continue;
+      std::string_view rest = path;
+      if (m.root != "/" && !(StripPrefix(rest, m.root) && (rest.empty() || rest[0] == '/'))) continue;
+      std::string file(m.mount_point);
+      file += rest == "/" ? std::string_view() : rest;
+      file += "/cgroup.procs";
+      if (std::find(out.begin(), out.end(), file) == out.end()) out.push_back(std::move(file));
+      break;
+    }
+  }
+  return out;
+}
+
 }  // namespace gpusnap::agent

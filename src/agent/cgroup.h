@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpusnap::agent {
 
@@ -30,6 +31,14 @@ std::optional<std::string> PodUidFromComponent(std::string_view component);
 // The identity of a process from the whole text of /proc/<pid>/cgroup: the
 // innermost container id on any line, and the pod uid above it.
 CgroupIdentity ParseProcCgroup(std::string_view text);
+
+// The cgroup.procs files of the cgroups a process is in, from the text of its
+// /proc/<pid>/cgroup and of /proc/self/mountinfo: for "0::<path>" the cgroup2
+// mount, for a v1 line "N:<controllers>:<path>" the cgroup mount whose options
+// name all of those controllers. Hierarchies mounted nowhere here are left
+// out; a mount of a subtree ("root" field) is used only when the path lies
+// under it. Writing "0" to each file moves the writer into the same cgroups.
+std::vector<std::string> CgroupProcsFiles(std::string_view proc_cgroup, std::string_view mountinfo);
 
 // A kubelet log link name in /var/log/containers:
 // "<pod>_<namespace>_<container>-<64 hex id>.log".

@@ -87,5 +87,43 @@ TEST(AgentKubeletLogName, Refuses) {
   EXPECT_FALSE(ParseKubeletLogName("Pod_ml_server-" + kId + ".log"));
 }
 
+
+const char* kHybridMountinfo =
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct\n"
+    "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n"
+    "40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd\n"
+    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+
+TEST(AgentCgroupProcs, EveryV1HierarchyAndTheUnifiedOne) {
+  auto files = CgroupProcsFiles(
+      "12:cpu,cpuacct:/top/pod1/abc\n11:memory:/top/pod1/abc\n10:name=systemd:/\n9:blkio:/x\n0::/\n",
+      kHybridMountinfo);
+  // blkio is mounted nowhere here: left out.
+  EXPECT_EQ(files, (std::vector<std::string>{"/sys/fs/cgroup/cpu,cpuacct/top/pod1/abc/cgroup.procs",
+                                              "/sys/fs/cgroup/memory/top/pod1/abc/cgroup.procs",
+                                              "/sys/fs/cgroup/systemd/cgroup.procs",
+                                              "/sys/fs/cgroup/unified/cgroup.procs"}));
+}
+
+TEST(AgentCgroupProcs, PureV2) {
+  auto files = CgroupProcsFiles("0::/kubepods.slice/cri-containerd-abc.scope\n",
+                                "25 20 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n");
+  EXPECT_EQ(files, (std::vector<std::string>{"/sys/fs/cgroup/kubepods.slice/cri-containerd-abc.scope/cgroup.procs"}));
+}
+
+TEST(AgentCgroupProcs, AMountOfASubtreeOnlyForPathsUnderIt) {
+  const char* mountinfo = "25 20 0:23 /kubepods /mnt/cg rw - cgroup2 cgroup2 rw\n";
+  EXPECT_EQ(CgroupProcsFiles("0::/kubepods/pod1/abc\n", mountinfo),
+            (std::vector<std::string>{"/mnt/cg/pod1/abc/cgroup.procs"}));
+  EXPECT_TRUE(CgroupProcsFiles("0::/kubepodsX/abc\n", mountinfo).empty());
+  EXPECT_TRUE(CgroupProcsFiles("0::/other\n", mountinfo).empty());
+}
+
+TEST(AgentCgroupProcs, NothingMountedOrGarbage) {
+  EXPECT_TRUE(CgroupProcsFiles("0::/a\n", "").empty());
+  EXPECT_TRUE(CgroupProcsFiles("garbage\n", kHybridMountinfo).empty());
+}
+
 }  // namespace
 }  // namespace gpusnap::agent

@@ -63,16 +63,22 @@ Result<std::string> ExpandContainerId(const std::vector<NodeProcess>& processes,
   return found;
 }
 
-Result<pid_t> ContainerTreeRoot(const std::vector<NodeProcess>& processes, const std::string& id) {
-  std::vector<const NodeProcess*> inits;
+Result<pid_t> ContainerInit(const std::vector<NodeProcess>& processes, const std::string& id) {
+  std::vector<pid_t> inits;
   for (const auto& p : processes)
-    if (p.container_id == id && p.namespace_init) inits.push_back(&p);
+    if (p.container_id == id && p.namespace_init) inits.push_back(p.pid);
   if (inits.empty())
     return Status::Error(Code::kNotFound, "container `{}` has no process that is the init of a pid namespace", id);
   if (inits.size() > 1)
     return Status::Error(Code::kFailedPrecondition,
                          "container `{}` holds {} pid namespaces; which one is meant is unclear", id, inits.size());
-  const NodeProcess& init = *inits.front();
+  return inits.front();
+}
+
+Result<pid_t> ContainerTreeRoot(const std::vector<NodeProcess>& processes, const std::string& id) {
+  GPUSNAP_ASSIGN_OR_RETURN(pid_t init_pid, ContainerInit(processes, id));
+  const NodeProcess& init = *std::find_if(processes.begin(), processes.end(),
+                                          [&](const NodeProcess& p) { return p.pid == init_pid; });
   std::vector<pid_t> children;
   for (const auto& p : processes)
     if (p.ppid == init.pid) children.push_back(p.pid);

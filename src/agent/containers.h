@@ -41,6 +41,10 @@ std::map<std::string, KubeletLogName> KubeletContainers(const std::string& log_d
 // kNotFound: no process is in such a container; kInvalidArgument: ambiguous.
 Result<std::string> ExpandContainerId(const std::vector<NodeProcess>& processes, const std::string& prefix);
 
+// The host pid of container `id`'s init (pid 1 of its pid namespace). Pure.
+// kNotFound when it has none; kFailedPrecondition when it holds several.
+Result<pid_t> ContainerInit(const std::vector<NodeProcess>& processes, const std::string& id);
+
 // The pid whose tree a checkpoint of container `id` takes: the one child of
 // the container's init. Pure. kNotFound, kFailedPrecondition (see above).
 Result<pid_t> ContainerTreeRoot(const std::vector<NodeProcess>& processes, const std::string& id);

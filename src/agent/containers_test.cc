@@ -51,5 +51,16 @@ TEST(AgentContainerId, PrefixExpands) {
   EXPECT_EQ(ExpandContainerId(procs, std::string(12, 'c')).status().code(), Code::kNotFound);
 }
 
+
+TEST(AgentContainerInit, TheInitOfTheContainersNamespace) {
+  std::vector<NodeProcess> procs = {P(1, 0, ""), P(200, 100, kA, true), P(201, 200, kA), P(300, 1, kB, true)};
+  auto init = ContainerInit(procs, kA);
+  ASSERT_TRUE(init.ok()) << init.status().ToString();
+  EXPECT_EQ(*init, 200);
+  EXPECT_EQ(ContainerInit(procs, std::string(64, 'c')).status().code(), Code::kNotFound);
+  procs.push_back(P(400, 1, kA, true));
+  EXPECT_EQ(ContainerInit(procs, kA).status().code(), Code::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace gpusnap::agent

@@ -1,5 +1,9 @@
 #include "criu/operation.h"
 
+#include <fcntl.h>
+
+#include "util/fd.h"
+
 #include "util/files.h"
 
 namespace gpusnap::criu {
@@ -19,7 +23,14 @@ Operation MakeOperation(const Bundle& bundle, criu_req_type type, criu_opts opts
 
 Result<criu_resp> Run(const Operation& op) {
   const char* verb = op.type == DUMP ? "dump" : "restore";
-  GPUSNAP_ASSIGN_OR_RETURN(auto swrk, Swrk::Start({op.bundle, op.ns_holder, op.inherit_fds}));
+  std::vector<UniqueFd> cgroup_files;
+  std::vector<int> cgroup_fds;
+  for (const auto& path : op.join_cgroups) {
+    cgroup_files.emplace_back(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!cgroup_files.back().valid()) return Status::Errno(errno, "opening `{}`", path);
+    cgroup_fds.push_back(cgroup_files.back().get());
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(auto swrk, Swrk::Start({op.bundle, op.ns_holder, op.inherit_fds, cgroup_fds}));
   criu_req req;
   req.set_type(op.type);
   *req.mutable_opts() = op.opts;

@@ -19,6 +19,7 @@ struct Operation {
   criu_opts opts;                  // from DumpOptions / RestoreOptions
   pid_t ns_holder = 0;
   std::vector<int> inherit_fds;    // the images and work directory fds in opts
+  std::vector<std::string> join_cgroups;  // cgroup.procs files CRIU is moved into before it starts
   std::chrono::seconds timeout{600};
   std::string log_path;            // CRIU's log as gpusnap can read it
   NotifyHandler on_notify;

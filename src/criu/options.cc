@@ -42,6 +42,10 @@ criu_opts DumpOptions(const DumpPlan& plan, const Features& features) {
 criu_opts RestoreOptions(const RestorePlan& plan, const Features& features) {
   criu_opts o;
   Common(o, plan, features);
+  if (plan.keep_criu_cgroups) {
+    o.set_manage_cgroups(true);
+    o.set_manage_cgroups_mode(IGNORE);
+  }
   return o;
 }
 

@@ -31,7 +31,12 @@ struct DumpPlan : CommonPlan {
   bool leave_running = false;
 };
 
-struct RestorePlan : CommonPlan {};
+struct RestorePlan : CommonPlan {
+  // The tree stays in the cgroups CRIU runs in (a restore into a container,
+  // whose cgroups CRIU joined): CRIU neither recreates nor moves to the
+  // dumped ones, which belonged to the source.
+  bool keep_criu_cgroups = false;
+};
 
 criu_opts DumpOptions(const DumpPlan& plan, const Features& features);
 criu_opts RestoreOptions(const RestorePlan& plan, const Features& features);

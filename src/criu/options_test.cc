@@ -89,6 +89,17 @@ TEST(RestoreOptions, MirrorsTheDumpsTcpAndShellChoices) {
   EXPECT_TRUE(o.notify_scripts());
 }
 
+TEST(RestoreOptions, IntoAContainerTheTreeKeepsCriusCgroups) {
+  RestorePlan p;
+  p.images_dir_fd = 3;
+  p.work_dir_fd = 4;
+  EXPECT_FALSE(RestoreOptions(p, Features{}).has_manage_cgroups_mode());
+  p.keep_criu_cgroups = true;
+  criu_opts o = RestoreOptions(p, Features{});
+  EXPECT_TRUE(o.manage_cgroups());
+  EXPECT_EQ(o.manage_cgroups_mode(), IGNORE);
+}
+
 TEST(ErrorLines, KeepsTheLastErrorLinesOnly) {
   std::string log =
       "(00.001) Warn: something\n"

@@ -116,6 +116,9 @@ Result<Swrk> Swrk::Start(const SwrkLaunch& launch) {
     // its socket close and rolls back on its own.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) _exit(125);
+    // "0" moves the writer: the launcher joins, and CRIU, forked next, with it.
+    for (int fd : launch.cgroup_procs_fds)
+      if (::write(fd, "0", 1) != 1) _exit(122);
     if (pid_ns.valid()) {
       if (::setns(pid_ns.get(), CLONE_NEWPID) != 0 || ::setns(mnt_ns.get(), CLONE_NEWNS) != 0 || ::chdir("/") != 0)
         _exit(124);
@@ -142,6 +145,7 @@ Result<Swrk> Swrk::Start(const SwrkLaunch& launch) {
     int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
     s.launcher_pid_ = -1;
     const char* why = code == 124   ? "could not enter the workload's namespaces"
+                      : code == 122 ? "could not join the target's cgroups"
                       : code == 126 ? "could not prepare its RPC socket"
                                     : "did not start";
     return Status::Error(Code::kExternal, "starting CRIU (`{}`): {} (launcher status {})", launch.bundle->criu, why,

@@ -28,6 +28,9 @@ struct SwrkLaunch {
   const Bundle* bundle = nullptr;   // REQUIRES: non-null, outlives the Swrk
   pid_t ns_holder = 0;              // enter this pid's pid+mnt namespaces; 0 = stay
   std::vector<int> inherit_fds;     // descriptors CRIU must inherit, same numbers
+  // Open cgroup.procs files CRIU joins before it starts (a restore into a
+  // container: the tree it forks lands in the container's cgroups).
+  std::vector<int> cgroup_procs_fds;
 };
 
 // Called for each notification (post-dump, post-restore, ...). CRIU waits for
