@@ -56,6 +56,10 @@ struct RestoreOptions {
   std::string criu_config;
   std::string gpu_map;          // "old=new,..." (snapshot's GPU index or UUID = this machine's)
   std::vector<int> gpus;        // or: the snapshot's GPUs in order onto these indices
+  // A container id (or unique prefix) whose init is an idle `gpusnap
+  // __placeholder`: restore into its pid + mount namespaces and its cgroups
+  // instead of a fresh namespace. Empty: a fresh namespace.
+  std::string into_container;
   ProgressFn progress;
 };
 
@@ -65,7 +69,8 @@ struct RestoreResult {
   std::string log;              // CRIU's restore log
 };
 
-// Verifies the snapshot, then restores it into a fresh pid + mount namespace.
+// Verifies the snapshot, then restores it into a fresh pid + mount namespace,
+// or into a placeholder container's (options.into_container).
 // A snapshot that fails verification is refused before anything starts.
 Result<RestoreResult> Restore(const RestoreOptions& options);
 

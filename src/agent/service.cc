@@ -14,6 +14,7 @@
 #include "gpusnap/operations.h"
 #include "gpusnap/workload.h"
 #include "ns/proc.h"
+#include "snapshot/placeholder.h"
 #include "util/files.h"
 #include "util/test_hooks.h"
 
@@ -207,10 +208,14 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
 }
 
 std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& request) {
-  if (!request.target_container.empty())
-    return Refuse(501,
-                  "restoring into a container's namespaces and cgroup (the Kubernetes placeholder case) is not "
-                  "implemented; restore with target \"new\" (a fresh namespace)");
+  // Into a container: refused now (404, 409) unless it is an idle placeholder;
+  // the restore checks again when it starts.
+  std::string into_container;
+  if (!request.target_container.empty()) {
+    auto target = FindIdlePlaceholder(request.target_container);
+    if (!target.ok()) return Refused{FromStatus(target.status()), ""};
+    into_container = target->container_id;
+  }
   auto meta = store_.Load(request.snapshot);
   if (!meta.ok()) return Refused{FromStatus(meta.status()), ""};
   std::string name = request.name.empty() ? meta->source.name : request.name;
@@ -218,8 +223,10 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
 
   Job job;
   job.kind = "restore";
-  job.lock_key = "workload:" + name;
-  job.target = fmt::format("snapshot {}", meta->id);
+  // Into a container: one job at a time for it, capture or restore.
+  job.lock_key = into_container.empty() ? "workload:" + name : "container:" + into_container;
+  job.target = into_container.empty() ? fmt::format("snapshot {}", meta->id)
+                                      : fmt::format("snapshot {} into container {}", meta->id, into_container);
   job.snapshot = meta->id;
   job.bytes_total = meta->total_bytes;
   job.restored_name = name;
@@ -232,6 +239,7 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
   o.timeout_s = options_.operation_timeout_s;
   o.gpu_map = request.gpu_map;
   o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
+  o.into_container = into_container;
   return Launch(std::move(job), [this, o](Job& running) mutable -> Status {
     std::string id = running.id;
     o.progress = [this, id](const ProgressEvent& e) {

@@ -158,7 +158,8 @@ TEST_F(AgentServiceTest, RefusalsChangeNothing) {
   into_container.target_container = std::string(64, 'a');
   r = (*service)->StartRestore(into_container);
   ASSERT_TRUE(std::holds_alternative<Refused>(r));
-  EXPECT_EQ(std::get<Refused>(r).error.http_status, 501);
+  EXPECT_EQ(std::get<Refused>(r).error.http_status, 404);
+  EXPECT_NE(std::get<Refused>(r).error.message.find("no running process is in container"), std::string::npos);
   RestoreRequest missing;
   missing.snapshot = "no-such-snapshot";
   r = (*service)->StartRestore(missing);

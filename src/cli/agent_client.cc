@@ -59,6 +59,7 @@ Status RestoreThroughAgent(Context& ctx, const std::string& socket, const Restor
                          "uses its own settings (--gpu-map does)");
   Json body = {{"snapshot", o.id}};
   if (!o.name.empty()) body["name"] = o.name;
+  if (!o.into_container.empty()) body["target"] = {{"container", o.into_container}};
   if (!o.gpu_map.empty()) {
     Json map = Json::object();
     size_t start = 0;

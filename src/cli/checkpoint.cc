@@ -46,7 +46,7 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
 }
 
 void AddRestore(CLI::App& app, Context& ctx) {
-  auto* sub = app.add_subcommand("restore", "Restore a snapshot into a fresh pid namespace");
+  auto* sub = app.add_subcommand("restore", "Restore a snapshot into a fresh pid namespace, or a placeholder container's");
   auto opts = std::make_shared<RestoreOptions>();
   sub->add_option("id", opts->id, "Snapshot id (see `gpusnap ls`)")->required();
   sub->add_option("--store", opts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
@@ -58,6 +58,9 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->add_option("--gpu-map", opts->gpu_map,
                   "Restore onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this machine's");
   sub->add_option("--gpus", opts->gpus, "Restore the snapshot's GPUs, in order, onto these GPU indices")->delimiter(',');
+  sub->add_option("--into-container", opts->into_container,
+                  "Restore into this container's namespaces and cgroups (an id or unique prefix); its init must be "
+                  "an idle `gpusnap __placeholder`");
   auto agent = std::make_shared<std::string>();
   sub->add_option("--agent", *agent, "Run it as a job of the node agent listening on this unix socket");
   sub->footer("Prints the restored workload's host pid.");

@@ -4,8 +4,9 @@
 #include "ns/reaper.h"
 
 int main(int argc, char** argv) {
-  // The namespace reaper is this binary too; it takes no part in the CLI.
+  // The namespace reaper and a container's placeholder are this binary too; it takes no part in the CLI.
   if (argc > 1 && std::strcmp(argv[1], "__reaper") == 0) return gpusnap::ns::ReaperMain(argc - 2, argv + 2);
+  if (argc > 1 && std::strcmp(argv[1], "__placeholder") == 0) return gpusnap::ns::PlaceholderMain(argc - 2, argv + 2);
 
   CLI::App app{"gpusnap: checkpoint and restore (GPU) process trees with CRIU"};
   app.require_subcommand(1);

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "ns/proc.h"
+#include "util/files.h"
 
 namespace gpusnap::ns {
 
@@ -91,6 +92,36 @@ void KillNamespace(int) {
   _exit(0);
 }
 
+bool WriteNsLastPid(const char* value) {
+  int fd = ::open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, value, std::strlen(value)) >= 0;
+  int err = errno;
+  ::close(fd);
+  errno = err;
+  return ok;
+}
+
+// Reaps until nothing is left. While `hold_fd` is open (hold mode), or
+// always with `stay_when_alone` (a placeholder), an empty namespace is
+// expected: CRIU has not restored the tree into it yet.
+int Reap(int hold_fd, bool stay_when_alone) {
+  for (;;) {
+    int wstatus;
+    pid_t p = ::waitpid(-1, &wstatus, 0);
+    if (p > 0 || errno == EINTR) continue;
+    if (hold_fd < 0 && !stay_when_alone && AloneInNamespace()) return 0;
+    pollfd pfd{hold_fd, POLLIN, 0};
+    if (::poll(&pfd, hold_fd >= 0 ? 1 : 0, 100) > 0) {
+      char c;
+      if (::read(hold_fd, &c, 1) <= 0) {
+        ::close(hold_fd);
+        hold_fd = -1;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int ReaperMain(int argc, char** argv) {
@@ -137,34 +168,44 @@ int ReaperMain(int argc, char** argv) {
   } else {
     // CRIU will enter this namespace to restore into it; its own process
     // must not take the low pids the tree needs back (pid 2 first of all).
-    if (ns_last_pid != nullptr) {
-      int fd = ::open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::write(fd, ns_last_pid, std::strlen(ns_last_pid)) < 0) {
-        ReportError(status_fd, "writing ns_last_pid", errno);
-        return 1;
-      }
-      ::close(fd);
+    if (ns_last_pid != nullptr && !WriteNsLastPid(ns_last_pid)) {
+      ReportError(status_fd, "writing ns_last_pid", errno);
+      return 1;
     }
     Report(status_fd, "ready\n");
   }
   if (status_fd >= 0) ::close(status_fd);
 
-  // Reap until nothing is left. In hold mode, an empty namespace is expected
-  // while the caller still holds us (CRIU has not restored the tree yet).
-  for (;;) {
-    int wstatus;
-    pid_t p = ::waitpid(-1, &wstatus, 0);
-    if (p > 0 || errno == EINTR) continue;
-    if (hold_fd < 0 && AloneInNamespace()) return 0;
-    pollfd pfd{hold_fd, POLLIN, 0};
-    if (::poll(&pfd, hold_fd >= 0 ? 1 : 0, 100) > 0) {
-      char c;
-      if (::read(hold_fd, &c, 1) <= 0) {
-        ::close(hold_fd);
-        hold_fd = -1;
-      }
-    }
+  return Reap(hold_fd, /*stay_when_alone=*/false);
+}
+
+int PlaceholderMain(int argc, char** argv) {
+  if (argc > 0) {
+    std::fprintf(stderr, "gpusnap __placeholder: unexpected argument `%s`; it takes none\n", argv[0]);
+    return 2;
   }
+  // KillNamespace signals every process we can see: only safe as a pid 1.
+  if (::getpid() != 1) {
+    std::fprintf(stderr, "gpusnap __placeholder: must be pid 1 of its own pid namespace (a container's process)\n");
+    return 2;
+  }
+  ::prctl(PR_SET_NAME, "gpusnap-holder");
+  ::signal(SIGTERM, KillNamespace);
+  ::signal(SIGINT, KillNamespace);
+  // As in hold mode: CRIU enters later and must not take the pids it restores.
+  std::string last = std::to_string(HighNsLastPid());
+  if (!WriteNsLastPid(last.c_str()))
+    std::fprintf(stderr,
+                 "gpusnap __placeholder: warning: writing /proc/sys/kernel/ns_last_pid: %s; a restore into this "
+                 "container fails if CRIU's own pid is one the tree needs\n",
+                 std::strerror(errno));
+  return Reap(-1, /*stay_when_alone=*/true);
+}
+
+int HighNsLastPid() {
+  auto text = ReadFile("/proc/sys/kernel/pid_max");
+  int pid_max = text.ok() ? std::atoi(text->c_str()) : 32768;
+  return pid_max > 200000 ? 100000 : pid_max / 2;
 }
 
 Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec) {

@@ -12,6 +12,8 @@
 //  - hold: the reaper starts nothing and stays while the caller holds `hold`
 //    open, so CRIU can restore a tree into the namespace. Once `hold` closes
 //    and no child is left, the reaper exits and the namespace with it.
+// A container's placeholder (`gpusnap __placeholder`) is hold mode as a
+// container's own pid 1, held by the container's lifetime instead of a pipe.
 #pragma once
 
 #include <sys/types.h>
@@ -44,5 +46,16 @@ Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec);
 
 // The reaper's own main (argv after "__reaper"). Never returns on success.
 int ReaperMain(int argc, char** argv);
+
+// `gpusnap __placeholder` (argv after it): a container's pid 1 that holds its
+// pid namespace for a later restore into it (restore's into_container). Hold
+// mode without a caller: it sets ns_last_pid high, reaps, stays when it has
+// no children, and on SIGTERM kills its namespace and exits 0. Refuses to run
+// unless it is pid 1 (exit 2).
+int PlaceholderMain(int argc, char** argv);
+
+// Where the next pids of a namespace that CRIU will restore into start: far
+// above the pids the tree needs back, so CRIU's own helpers take none of them.
+int HighNsLastPid();
 
 }  // namespace gpusnap::ns

@@ -2,14 +2,16 @@
 //
 // 1. Verify the snapshot (schema, every file's digest) and, for a GPU
 //    snapshot, that this machine's driver and GPUs fit, before anything starts.
-// 2. Start a fresh pid + mount namespace held by a reaper.
+// 2. Start a fresh pid + mount namespace held by a reaper; or, into a
+//    container, check that its init is an idle placeholder and use that.
 // 3. CRIU restores the tree inside it (pids as at dump: the namespace is new);
 //    GPU processes come back stopped, as they were dumped.
 // 4. GPU processes: restore all (onto the mapped GPUs), unlock all only
 //    then, let their threads run (snapshot/gpu.h).
 // 5. Find the restored root's host pid, record the workload, release the
 //    namespace to its reaper.
-// A failure at any step tears the new namespace down; the store is untouched.
+// A failure at any step tears the new namespace down (into a container: the
+// restored processes, leaving the placeholder idle); the store is untouched.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -30,6 +32,7 @@
 #include "snapshot/gpu.h"
 #include "snapshot/format.h"
 #include "snapshot/phases.h"
+#include "snapshot/placeholder.h"
 #include "store/store.h"
 #include "util/fd.h"
 #include "util/files.h"
@@ -37,14 +40,6 @@
 namespace gpusnap {
 
 namespace {
-
-// Where CRIU's own helper processes start numbering inside the new namespace,
-// far above the pids it must restore.
-int HighNsLastPid() {
-  auto text = ReadFile("/proc/sys/kernel/pid_max");
-  int pid_max = text.ok() ? std::atoi(text->c_str()) : 32768;
-  return pid_max > 200000 ? 100000 : pid_max / 2;
-}
 
 Result<pid_t> HostPidOf(pid_t reaper, pid_t ns_pid) {
   for (int tries = 0; tries < 400; ++tries) {
@@ -123,7 +118,25 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
 
   // 2. The namespace.
   phases.Start("namespace");
-  GPUSNAP_ASSIGN_OR_RETURN(auto reaper, ns::SpawnReaper({.workload_argv = {}, .log_path = "", .ns_last_pid = HighNsLastPid(), .preload = ""}));
+  ns::SpawnedReaper reaper;
+  std::vector<std::string> join_cgroups;
+  if (options.into_container.empty()) {
+    GPUSNAP_ASSIGN_OR_RETURN(reaper, ns::SpawnReaper({.workload_argv = {}, .log_path = "", .ns_last_pid = ns::HighNsLastPid(), .preload = ""}));
+  } else {
+    GPUSNAP_ASSIGN_OR_RETURN(auto target, FindIdlePlaceholder(options.into_container));
+    reaper.reaper_pid = target.init_pid;
+    join_cgroups = std::move(target.cgroup_procs);
+  }
+  // What a failure after CRIU started leaves: nothing of the restore. A fresh
+  // namespace goes as a whole; a placeholder stays, idle again.
+  auto tear_down = [&] {
+    if (options.into_container.empty()) {
+      ::kill(reaper.reaper_pid, SIGTERM);
+      return;
+    }
+    for (pid_t p : proc::Tree(reaper.reaper_pid))
+      if (p != reaper.reaper_pid) ::kill(p, SIGKILL);
+  };
   phases.Done();
 
   // 3. CRIU.
@@ -144,8 +157,10 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   plan.shell_job = meta.shell_job;
   plan.verbose = options.verbose;
   plan.config_file = options.criu_config;
+  plan.keep_criu_cgroups = !options.into_container.empty();
   criu::Operation op = criu::MakeOperation(bundle, RESTORE, criu::RestoreOptions(plan, features), reaper.reaper_pid,
                                            std::chrono::seconds(options.timeout_s), logs + "/" + log_name);
+  op.join_cgroups = join_cgroups;
   result.log = op.log_path;
   auto resp = criu::Run(op);
   if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
@@ -163,7 +178,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
                                    phases.timings());
     if (!st.ok()) {
       // A tree whose GPU state did not come back must not run on half-restored.
-      ::kill(reaper.reaper_pid, SIGTERM);
+      tear_down();
       return st.Wrap(fmt::format("restore of `{}` failed", meta.id));
     }
     if (options.progress)
@@ -178,7 +193,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
       Status loaded = gpushare::LoadAll(procs, store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
                                         phases.timings());
       if (!loaded.ok()) {
-        ::kill(reaper.reaper_pid, SIGTERM);
+        tear_down();
         return loaded.Wrap(fmt::format("restore of `{}` failed", meta.id));
       }
       phases.Done();

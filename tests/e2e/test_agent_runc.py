@@ -24,7 +24,9 @@ def bind(path, writable=False):
             "options": ["rbind", "rw" if writable else "ro"]}
 
 
-class RuncContainers(base.AgentCase):
+class RuncCase(base.AgentCase):
+    """runc containers for a test: started, found, and deleted at its end."""
+
     def setUp(self):
         super().setUp()
         if not os.access(RUNC, os.X_OK):
@@ -49,8 +51,9 @@ class RuncContainers(base.AgentCase):
                         pass
         super().tearDown()
 
-    def start_container(self, args, pod=None):
-        """Starts a container with a kubelet-style id; returns the id."""
+    def start_container(self, args, pod=None, extra_binds=()):
+        """Starts a container with a kubelet-style id; returns the id.
+        extra_binds: more host directories, bound read-only at the same paths."""
         cid = uuid.uuid4().hex + uuid.uuid4().hex
         bundle = os.path.join(self.tmp, "bundle-" + cid[:8])
         rootfs = os.path.join(bundle, "rootfs")
@@ -73,6 +76,7 @@ class RuncContainers(base.AgentCase):
                 bind(os.path.abspath(WORKLOADS)),
                 bind(os.path.abspath(CRIU_BUNDLE)),
                 bind(self.data, writable=True),
+                *(bind(path) for path in extra_binds),
             ],
             "linux": {
                 # Only pid and mount namespaces: the tree shares the host's
@@ -124,8 +128,14 @@ class RuncContainers(base.AgentCase):
         # The counter leads its own session: a tree whose session is led by
         # the container's init is dumped as a shell job, which a restore into
         # a fresh namespace does not take back yet (docs/AGENT.md, limits).
-        return ["/bin/sh", "-c", f"setsid {os.path.abspath(WORKLOADS)}/counter {self.data} 0 & wait"]
+        # Its output goes to a file: the runc pipe its stdout would be has no
+        # reader once restored, and its next line (every 20 counts) would end
+        # it with SIGPIPE.
+        log = os.path.join(self.data, "counter.log")
+        return ["/bin/sh", "-c", f"setsid {os.path.abspath(WORKLOADS)}/counter {self.data} 0 >{log} 2>&1 & wait"]
 
+
+class RuncContainers(RuncCase):
     def test_container_checkpointed_and_restored_by_id(self):
         agent = self.start_agent()
         cid = self.start_container(self.counter_args())
