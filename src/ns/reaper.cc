@@ -122,6 +122,16 @@ int Reap(int hold_fd, bool stay_when_alone) {
   }
 }
 
+// A caller's blocked or ignored signals survive fork and exec (the agent
+// blocks SIGTERM for its sigwait, and ignores SIGPIPE): pid 1 of a namespace,
+// and the workload it starts, begin with none of them.
+void ResetSignals() {
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig : {SIGPIPE, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD}) ::signal(sig, SIG_DFL);
+}
+
 }  // namespace
 
 int ReaperMain(int argc, char** argv) {
@@ -140,6 +150,7 @@ int ReaperMain(int argc, char** argv) {
     else if (a == "--") { ++i; break; }
   }
   ::prctl(PR_SET_NAME, "gpusnap-reaper");
+  ResetSignals();
   ::signal(SIGTERM, KillNamespace);
   ::signal(SIGINT, KillNamespace);
   if (i < argc) {
@@ -190,6 +201,7 @@ int PlaceholderMain(int argc, char** argv) {
     return 2;
   }
   ::prctl(PR_SET_NAME, "gpusnap-holder");
+  ResetSignals();
   ::signal(SIGTERM, KillNamespace);
   ::signal(SIGINT, KillNamespace);
   // As in hold mode: CRIU enters later and must not take the pids it restores.

@@ -2,12 +2,13 @@
 real CRIU: the count continues, and pipes, unix sockets, files, deleted files,
 /dev/shm and TCP still work after a restore (the workload checks itself)."""
 import os
+import signal
 import socket
 import subprocess
 import time
 import unittest
 
-from harness import WORKLOADS, GpusnapCase, free_port
+from harness import GPUSNAP, WORKLOADS, GpusnapCase, free_port
 
 
 def ask(port, sock=None):
@@ -20,6 +21,25 @@ def ask(port, sock=None):
 
 
 class RoundTrip(GpusnapCase):
+    def test_a_caller_with_sigterm_blocked_still_starts_a_stoppable_workload(self):
+        # A daemon calling gpusnap (the agent) blocks SIGTERM for sigwait and ignores
+        # SIGPIPE; neither may reach the reaper or the workload.
+        def block():
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+            signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        p = subprocess.run([GPUSNAP, "run", "--name", "masked", "--", os.path.join(WORKLOADS, "counter"), self.data,
+                            "0"], capture_output=True, text=True, env=self.env, preexec_fn=block, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        pid = int(p.stdout.strip())
+        self.wait_count(pid, 2)
+        for who in (pid, self.workloads()[0]["reaper_pid"]):
+            with open(f"/proc/{who}/status") as f:
+                fields = dict(line.split(":", 1) for line in f)
+            self.assertEqual(int(fields["SigBlk"], 16), 0, f"pid {who} starts with signals blocked")
+            self.assertEqual(int(fields["SigIgn"], 16) & (1 << (signal.SIGPIPE - 1)), 0, f"pid {who} ignores SIGPIPE")
+        os.kill(self.workloads()[0]["reaper_pid"], signal.SIGTERM)
+        self.assertTrue(self.wait_gone(pid, timeout=10), "SIGTERM to the reaper did not stop the workload")
+
     def test_subtree_whose_session_is_led_from_outside_it(self):
         # The counter's session leader is the shell above it, which stays out
         # of the snapshot: the dump and the restore both need CRIU's shell-job mode.
