@@ -323,8 +323,10 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
     return st;
   }
   state_ = ShimState::kReleased;
+  uint64_t released_bytes = 0;
+  for (const TrackedAllocation& a : freed) released_bytes += a.size;
   last_ = {{"release_s", SecondsSince(t0)},        {"save_s", save_s},
-           {"bytes", registry_.Totals().bytes},    {"chunks_written", stats.chunks_written},
+           {"bytes", released_bytes},              {"chunks_written", stats.chunks_written},
            {"chunks_present", stats.chunks_present}, {"chunks_zero", stats.chunks_zero},
            {"bytes_written", stats.bytes_written}};
   return Status::Ok();
