@@ -96,63 +96,11 @@ import http.server
 
 import apiserver_admission
 import apiserver_discovery as disc
-import apiserver_patch
 import apiserver_pods
 import apiserver_proto
-import apiserver_select
 import apiserver_store
-
-NAMESPACE_KEY = ("", "namespaces")
-MWC_KEY = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
-PATCH_TYPES = {"application/json-patch+json": "json", "application/merge-patch+json": "merge",
-               "application/strategic-merge-patch+json": "strategic"}
-
-
-class ApiError(Exception):
-    """A request the API server refuses; `status` is the Status object, `code` its HTTP code."""
-
-    def __init__(self, code, reason, message, details=None):
-        super().__init__(message)
-        self.code = code
-        self.status = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-                       "reason": reason, "code": code}
-        if details:
-            self.status["details"] = details
-
-    @classmethod
-    def from_status(cls, status):
-        e = cls(status.get("code", 500), status.get("reason", ""), status.get("message", ""))
-        e.status = status
-        return e
-
-
-def _qualified(res):
-    return f"{res.name}.{res.group}" if res.group else res.name
-
-
-def _not_found(res, name):
-    return ApiError(404, "NotFound", f'{_qualified(res)} "{name}" not found',
-                    {"name": name, "group": res.group, "kind": res.name} if res.group else
-                    {"name": name, "kind": res.name})
-
-
-def _conflict(res, name):
-    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {_qualified(res)} "{name}": the object has '
-                                     "been modified; please apply your changes to the latest version and try again",
-                    {"name": name, "kind": res.name})
-
-
-def _invalid(res, name, errors):
-    parts = [f"{f}: {t}" + (f": {d}" if d else "") for f, t, d in errors]
-    joined = parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
-    return ApiError(422, "Invalid", f'{res.kind} "{name}" is invalid: {joined}',
-                    {"name": name, "kind": res.kind,
-                     "causes": [{"reason": "Field" + t.replace(" ", ""), "message": f"{t}: {d}" if d else t,
-                                 "field": f} for f, t, d in errors]})
-
-
-def _now():
-    return apiserver_pods.now_rfc3339()
+from apiserver_objects import MWC_KEY, NAMESPACE_KEY, PATCH_TYPES, ApiError, Objects, not_found
+from apiserver_objects import resource as find_resource
 
 
 def _openssl(*args, cwd):
@@ -247,11 +195,11 @@ class LocalApiServer:
         self._users = {self.token: {"username": "testbed-admin", "uid": "testbed-admin",
                                     "groups": ["system:masters", "system:authenticated"]}}
         self._services = dict(services or {})
-        self.graceful_pod_deletion = graceful_pod_deletion
         self.bookmark_interval = bookmark_interval
         self.store = apiserver_store.Store(history=history)
         self.admission = apiserver_admission.Dispatcher(self._webhook_configs, self._namespace_labels,
                                                         self._resolve_service)
+        self.objects = Objects(self.store, self.admission, graceful_pod_deletion)
         self._requests = []
         self._seq = 0
         self._httpd = None
@@ -377,35 +325,31 @@ class LocalApiServer:
         return hit
 
     # --- Python API over the objects ---------------------------------------------
-    _ADMIN = None
-
-    def _res(self, name):
-        r = next((r for r in disc.RESOURCES if r.name == name), None)
-        if r is None:
-            raise ValueError(f"no resource {name!r}")
-        return r
+    _ADMIN = None  # the user of calls from Python: the admin of the admission requests
 
     def create(self, resource, obj, namespace=None):
-        res = self._res(resource)
+        res = find_resource(resource)
         ns = namespace or (obj.get("metadata") or {}).get("namespace") or ("default" if res.namespaced else None)
-        return self._create(res, ns, copy.deepcopy(obj), {}, self._ADMIN)[0]
+        return self.objects.create(res, ns, copy.deepcopy(obj), {}, self._ADMIN)[0]
 
     def get(self, resource, name, namespace=None):
-        res = self._res(resource)
+        res = find_resource(resource)
         return self.store.get((res.group, res.name), namespace if res.namespaced else None, name)
 
     def list(self, resource, namespace=None, label_selector="", field_selector=""):
-        res = self._res(resource)
-        return self._list(res, namespace, {"labelSelector": label_selector, "fieldSelector": field_selector})["items"]
+        res = find_resource(resource)
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        return self.objects.list(res, namespace, query)["items"]
 
     def patch(self, resource, name, patch, namespace=None, patch_type="merge", subresource=None):
-        res = self._res(resource)
+        res = find_resource(resource)
         ctype = {v: k for k, v in PATCH_TYPES.items()}[patch_type]
-        return self._patch(res, namespace, name, subresource, json.dumps(patch).encode(), ctype, {}, self._ADMIN)[0]
+        body = json.dumps(patch).encode()
+        return self.objects.patch(res, namespace, name, subresource, body, ctype, {}, self._ADMIN)[0]
 
     def delete(self, resource, name, namespace=None):
-        res = self._res(resource)
-        return self._delete(res, namespace, name, {}, {}, self._ADMIN)
+        res = find_resource(resource)
+        return self.objects.delete(res, namespace, name, {}, {}, self._ADMIN)
 
     def events(self, namespace=None):
         return self.list("events", namespace)
@@ -428,19 +372,19 @@ class LocalApiServer:
 
     def bind_pod(self, namespace, name, node):
         """What the scheduler's Binding does: spec.nodeName and the PodScheduled condition."""
-        self._bind(namespace, name, {"target": {"kind": "Node", "name": node}})
+        self.objects.bind(namespace, name, {"target": {"kind": "Node", "name": node}})
         return self.get("pods", name, namespace)
 
     def set_pod_status(self, namespace, name, status):
         """Replaces the pod's status, as the kubelet does through pods/status."""
-        return self._update_with(self._res("pods"), namespace, name, "status",
+        return self.objects.update_with(find_resource("pods"), namespace, name, "status",
                                  lambda pod: dict(pod, status=copy.deepcopy(status)))
 
     def run_pod(self, namespace, name, node, container_ids=None, **addresses):
         """Binds the pod to `node` and gives it a Running status (apiserver_pods.running_status)."""
         pod = self.get("pods", name, namespace)
         if pod is None:
-            raise _not_found(self._res("pods"), name)
+            raise not_found(find_resource("pods"), name)
         if not pod["spec"].get("nodeName"):
             pod = self.bind_pod(namespace, name, node)
         return self.set_pod_status(namespace, name, apiserver_pods.running_status(pod, container_ids, **addresses))
@@ -451,7 +395,7 @@ class LocalApiServer:
     def wait_for(self, resource, name, namespace=None, predicate=None, timeout=10):
         """The object once predicate(object) is true (object is None when absent; the default
         predicate waits for it to exist). Raises TimeoutError with the last state seen."""
-        res = self._res(resource)
+        res = find_resource(resource)
         predicate = predicate or (lambda o: o is not None)
         last = []
 
@@ -584,31 +528,32 @@ class LocalApiServer:
             if query.get("watch") in ("true", "1"):
                 self._watch(h, res, ns, query, accept)
                 return 200, _WATCHED, [], js
-            out = self._list(res, ns, query)
+            out = self.objects.list(res, ns, query)
             return 200, self._maybe_table(res, out["items"], out["metadata"], query, accept, list_items=True), [], js
         if method == "GET":
             obj = self.store.get((res.group, res.name), ns, name)
             if obj is None:
-                raise _not_found(res, name)
+                raise not_found(res, name)
             return 200, self._maybe_table(res, [obj], {"resourceVersion": obj["metadata"]["resourceVersion"]}, query,
                                           accept) if disc.wants_table(accept) else obj, [], js
         if method == "POST" and name is None:
-            obj, warnings = self._create(res, ns, self._decode(body, h.headers.get("Content-Type", "")), query, user)
+            obj = self._decode(body, h.headers.get("Content-Type", ""))
+            obj, warnings = self.objects.create(res, ns, obj, query, user)
             return 201, obj, warnings, js
         if method == "POST" and sub == "binding":
-            self._bind(ns, name, self._decode(body))
+            self.objects.bind(ns, name, self._decode(body))
             return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, [], js
         if method == "PUT" and name is not None:
-            obj, warnings = self._update(res, ns, name, sub, self._decode(body, h.headers.get("Content-Type", "")),
-                                         query, user)
+            obj = self._decode(body, h.headers.get("Content-Type", ""))
+            obj, warnings = self.objects.update(res, ns, name, sub, obj, query, user)
             return 200, obj, warnings, js
         if method == "PATCH" and name is not None:
-            obj, warnings = self._patch(res, ns, name, sub, body, h.headers.get("Content-Type", ""), query, user)
+            obj, warnings = self.objects.patch(res, ns, name, sub, body, h.headers.get("Content-Type", ""), query, user)
             return 200, obj, warnings, js
         if method == "DELETE" and name is not None and sub is None:
-            return 200, self._delete(res, ns, name, self._decode(body) if body else {}, query, user), [], js
+            return 200, self.objects.delete(res, ns, name, self._decode(body) if body else {}, query, user), [], js
         if method == "DELETE" and name is None:
-            return 200, self._delete_collection(res, ns, query, user), [], js
+            return 200, self.objects.delete_collection(res, ns, query, user), [], js
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     @staticmethod
@@ -637,280 +582,8 @@ class LocalApiServer:
         return {"kind": res.kind + "List", "apiVersion": disc.group_version(res), "metadata": list_meta,
                 "items": [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]}
 
-    # --- operations -------------------------------------------------------------------
-    def _check_type(self, res, obj):
-        gv = disc.group_version(res)
-        if obj.get("apiVersion") not in (None, gv):
-            raise ApiError(400, "BadRequest", f"the API version in the data ({obj.get('apiVersion')}) does not match "
-                                              f"the expected API version ({gv})")
-        if obj.get("kind") not in (None, res.kind):
-            raise ApiError(400, "BadRequest", f'{obj.get("kind")} in version "{res.version}" cannot be handled as a '
-                                              f"{res.kind}")
-        obj["apiVersion"], obj["kind"] = gv, res.kind
-        if not isinstance(obj.get("metadata", {}), dict):
-            raise ApiError(400, "BadRequest", "metadata must be an object")
-
-    def _admit(self, res, operation, ns, name, obj, old, query, user, sub=None):
-        after = apiserver_pods.apply_defaults if res.name == "pods" else None
-        options = {"kind": {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}[operation],
-                   "apiVersion": "meta.k8s.io/v1"}
-        if query.get("fieldManager"):
-            options["fieldManager"] = query["fieldManager"]
-        return self.admission.admit(operation, (res.group, res.version, res.name, res.kind), res.namespaced, ns, name,
-                                    obj, old, subresource=sub or "", dry_run=query.get("dryRun") == "All",
-                                    user=user, options=options, after_patch=after)
-
-    def _validate(self, res, obj):
-        name = obj["metadata"].get("name", "")
-        if res.name == "pods":
-            errors = apiserver_pods.validate(obj)
-        else:
-            errors = [] if name else [("metadata.name", "Required value", "name or generateName is required")]
-        if res.name == "events":
-            io_ns = (obj.get("involvedObject") or {}).get("namespace")
-            if io_ns and io_ns != obj["metadata"].get("namespace"):
-                errors.append(("involvedObject.namespace", "Invalid value", f'"{io_ns}": does not match '
-                               "event.namespace"))
-        if errors:
-            raise _invalid(res, name, errors)
-
-    def _create(self, res, ns, obj, query, user):
-        """(stored object, warnings)."""
-        self._check_type(res, obj)
-        meta = obj.setdefault("metadata", {})
-        if res.namespaced:
-            if meta.get("namespace") and meta["namespace"] != ns:
-                raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the namespace "
-                                                  "sent on the request")
-            if self.store.get(NAMESPACE_KEY, None, ns) is None:
-                raise _not_found(self._res("namespaces"), ns)
-            meta["namespace"] = ns
-        else:
-            meta.pop("namespace", None)
-        for k in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "generation", "managedFields"):
-            meta.pop(k, None)
-        if res.name == "pods":
-            apiserver_pods.prepare_for_admission(obj)
-        elif res.name == "namespaces":
-            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
-            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-            obj["status"] = {"phase": "Active"}
-        elif res.name == "mutatingwebhookconfigurations":
-            apiserver_admission.default_and_validate(obj)
-        obj, warnings = self._admit(res, "CREATE", ns, meta.get("name", ""), obj, None, query, user)
-        meta = obj["metadata"]
-        if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + apiserver_pods.random_suffix()
-        self._validate(res, obj)
-        meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = _now()
-        if res.name == "pods":
-            obj["status"] = apiserver_pods.initial_status(obj)
-        if res.name == "mutatingwebhookconfigurations":
-            meta["generation"] = 1
-        if query.get("dryRun") == "All":
-            return obj, warnings
-        try:
-            return self.store.write((res.group, res.name), ns, meta["name"], obj, create=True), warnings
-        except apiserver_store.Conflict:
-            raise ApiError(409, "AlreadyExists", f'{_qualified(res)} "{meta["name"]}" already exists',
-                           {"name": meta["name"], "kind": res.name}) from None
-
-    def _prepare_update(self, res, current, new, sub):
-        """`new` as it may be stored over `current` (kube-apiserver's update strategies)."""
-        meta, cur_meta = new.setdefault("metadata", {}), current["metadata"]
-        if meta.get("name", cur_meta["name"]) != cur_meta["name"]:
-            raise ApiError(400, "BadRequest", f"the name of the object ({meta.get('name')}) does not match the name "
-                                              f"on the URL ({cur_meta['name']})")
-        for k in ("name", "namespace", "uid", "creationTimestamp", "generateName", "deletionTimestamp",
-                  "deletionGracePeriodSeconds", "generation"):
-            if k in cur_meta:
-                meta[k] = cur_meta[k]
-            else:
-                meta.pop(k, None)
-        if res.name in ("pods", "namespaces", "nodes"):
-            if sub == "status":
-                new["spec"] = copy.deepcopy(current.get("spec"))
-                if res.name == "pods" and "ownerReferences" in cur_meta:
-                    meta["ownerReferences"] = cur_meta["ownerReferences"]
-            else:
-                new["status"] = copy.deepcopy(current.get("status"))
-        if res.name == "pods":
-            apiserver_pods.apply_defaults(new)
-            errors = apiserver_pods.check_update(current, new)
-            if errors:
-                raise _invalid(res, cur_meta["name"], errors)
-        if res.name == "mutatingwebhookconfigurations":
-            apiserver_admission.default_and_validate(new)
-            if new.get("webhooks") != current.get("webhooks"):
-                meta["generation"] = cur_meta.get("generation", 1) + 1
-        return new
-
-    def _store_update(self, res, ns, current, new, query, user, sub, expected_rv):
-        new = self._prepare_update(res, current, new, sub)
-        new, warnings = self._admit(res, "UPDATE", ns, current["metadata"]["name"], new, current, query, user, sub)
-        self._validate(res, new)
-        if query.get("dryRun") == "All":
-            return new, warnings
-        return self.store.write((res.group, res.name), ns, current["metadata"]["name"], new,
-                                expected_rv=expected_rv), warnings
-
-    def _update(self, res, ns, name, sub, obj, query, user):
-        self._check_type(res, obj)
-        wanted_rv = (obj.get("metadata") or {}).get("resourceVersion")
-        for _ in range(10):
-            current = self.store.get((res.group, res.name), ns, name)
-            if current is None:
-                raise _not_found(res, name)
-            try:
-                return self._store_update(res, ns, current, copy.deepcopy(obj), query, user, sub,
-                                          wanted_rv or current["metadata"]["resourceVersion"])
-            except apiserver_store.Conflict:
-                if wanted_rv:
-                    raise _conflict(res, name) from None
-        raise _conflict(res, name)
-
-    def _patch(self, res, ns, name, sub, body, content_type, query, user):
-        kind = PATCH_TYPES.get(content_type.split(";")[0].strip())
-        if kind is None:
-            raise ApiError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - accepted "
-                                                        f"media types include: {', '.join(PATCH_TYPES)} (server-side "
-                                                        "apply is not served)")
-        try:
-            patch = json.loads(body)
-        except ValueError as e:
-            raise ApiError(400, "BadRequest", f"error decoding patch: {e}") from None
-        apply = {"json": apiserver_patch.json_patch, "merge": apiserver_patch.merge_patch,
-                 "strategic": apiserver_patch.strategic_merge_patch}[kind]
-        return self._update_with(res, ns, name, sub, lambda current: apply(current, patch), query, user)
-
-    def _update_with(self, res, ns, name, sub, change, query=None, user=None):
-        """Applies change(current) -> new, retrying on conflicts; (object, warnings) for HTTP,
-        the object alone when called from Python (query None)."""
-        for _ in range(10):
-            current = self.store.get((res.group, res.name), ns, name)
-            if current is None:
-                raise _not_found(res, name)
-            try:
-                new = change(copy.deepcopy(current))
-            except apiserver_patch.PatchError as e:
-                raise ApiError(422, "Invalid", str(e)) from None
-            if not isinstance(new, dict):
-                raise ApiError(422, "Invalid", "the patched object is not a JSON object")
-            self._check_type(res, new)
-            wanted_rv = (new.get("metadata") or {}).get("resourceVersion")
-            if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:
-                raise _conflict(res, name)
-            try:
-                out = self._store_update(res, ns, current, new, query or {}, user, sub,
-                                         current["metadata"]["resourceVersion"])
-                return out if query is not None else out[0]
-            except apiserver_store.Conflict:
-                continue
-        raise _conflict(res, name)
-
-    def _bind(self, ns, name, binding):
-        node = (binding.get("target") or {}).get("name")
-        if not node:
-            raise ApiError(422, "Invalid", "Binding: target.name: Required value")
-
-        def change(pod):
-            if pod["spec"].get("nodeName"):
-                raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on pods/binding \"{name}\": pod "
-                                                f"{name} is already assigned to node \"{pod['spec']['nodeName']}\"")
-            pod["spec"]["nodeName"] = node
-            conds = [c for c in pod["status"].get("conditions") or [] if c.get("type") != "PodScheduled"]
-            pod["status"]["conditions"] = conds + [{"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                                                    "lastTransitionTime": _now()}]
-            return pod
-        # A binding changes spec.nodeName, which no update may: it writes the store directly.
-        for _ in range(10):
-            current = self.store.get(("", "pods"), ns, name)
-            if current is None:
-                raise _not_found(self._res("pods"), name)
-            try:
-                return self.store.write(("", "pods"), ns, name, change(current),
-                                        expected_rv=current["metadata"]["resourceVersion"])
-            except apiserver_store.Conflict:
-                continue
-        raise _conflict(self._res("pods"), name)
-
-    def _delete(self, res, ns, name, options, query, user):
-        current = self.store.get((res.group, res.name), ns, name)
-        if current is None:
-            raise _not_found(res, name)
-        pre = options.get("preconditions") or {}
-        for field in ("uid", "resourceVersion"):
-            if pre.get(field) and pre[field] != current["metadata"].get(field):
-                raise ApiError(409, "Conflict", f"Operation cannot be fulfilled on {_qualified(res)} \"{name}\": "
-                                                f"Precondition failed: {field.upper() if field == 'uid' else field} in "
-                                                f"precondition: {pre[field]}, {field} in object meta: "
-                                                f"{current['metadata'].get(field)}")
-        if query.get("dryRun") == "All" or (options.get("dryRun") or []) == ["All"]:
-            return current
-        self._admit(res, "DELETE", ns, name, None, current, query, user)
-        if res.name == "pods" and self.graceful_pod_deletion and current["spec"].get("nodeName"):
-            grace = options.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
-            grace = int(grace if grace is not None else current["spec"].get("terminationGracePeriodSeconds", 30))
-            if grace > 0:
-                if current["metadata"].get("deletionTimestamp"):
-                    return current
-                current["metadata"]["deletionTimestamp"] = _now()
-                current["metadata"]["deletionGracePeriodSeconds"] = grace
-                return self.store.write(("", "pods"), ns, name, current)
-        if res.name == "namespaces":
-            for r in disc.RESOURCES:
-                if r.namespaced:
-                    for o in self.store.list((r.group, r.name), name)[0]:
-                        self.store.delete((r.group, r.name), name, o["metadata"]["name"])
-        gone = self.store.delete((res.group, res.name), ns, name)
-        if res.name in ("pods", "namespaces"):
-            return gone
-        details = {"name": name, "kind": res.name, "uid": current["metadata"]["uid"]}
-        if res.group:
-            details["group"] = res.group
-        return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
-
-    def _delete_collection(self, res, ns, query, user):
-        items = self._list(res, ns, query)["items"]
-        deleted = [self._delete(res, o["metadata"].get("namespace"), o["metadata"]["name"], {}, query, user)
-                   for o in items]
-        return {"kind": res.kind + "List", "apiVersion": disc.group_version(res), "metadata": {},
-                "items": [o for o in deleted if o.get("kind") != "Status"]}
-
-    # --- list and watch -----------------------------------------------------------------
-    def _selector(self, res, query):
-        try:
-            labels = apiserver_select.parse_label_selector(query.get("labelSelector", ""))
-            fields = apiserver_select.parse_field_selector(query.get("fieldSelector", ""), (res.group, res.name))
-        except apiserver_select.SelectorError as e:
-            raise ApiError(400, "BadRequest", str(e)) from None
-        return lambda o: labels(o["metadata"].get("labels")) and fields(o)
-
-    def _list(self, res, ns, query):
-        match = self._selector(res, query)
-        items, rv = self.store.list((res.group, res.name), ns)
-        items = [o for o in items if match(o)]
-        meta = {"resourceVersion": str(rv)}
-        start = query.get("continue")
-        if start:
-            try:
-                token = json.loads(base64.urlsafe_b64decode(start.encode()))
-                after = tuple(token["after"])
-            except (ValueError, KeyError, TypeError):
-                raise ApiError(400, "BadRequest", "invalid continue token") from None
-            items = [o for o in items if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after]
-        limit = int(query.get("limit") or 0)
-        if 0 < limit < len(items):
-            last = items[limit - 1]["metadata"]
-            meta["continue"] = base64.urlsafe_b64encode(json.dumps(
-                {"rv": rv, "after": [last.get("namespace", ""), last["name"]]}).encode()).decode()
-            meta["remainingItemCount"] = len(items) - limit
-            items = items[:limit]
-        return {"items": items, "metadata": meta}
-
     def _watch(self, h, res, ns, query, accept):
-        match = self._selector(res, query)
+        match = self.objects.selector(res, query)
         key = (res.group, res.name)
         as_table = disc.wants_table(accept)
         timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else None
