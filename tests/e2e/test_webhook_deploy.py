@@ -118,16 +118,17 @@ class Manifests(unittest.TestCase):
         self.assertIs(webhook_sa["automountServiceAccountToken"], False)
 
 
-class CertificateScript(tw.WebhookCase):
-    """deploy/webhook-cert.sh's certificate, served by the webhook and verified
-    with the overlay's caBundle under the Service's DNS name."""
+class OverlayCertificate:
+    """A WebhookCase mixin: the webhook serves deploy/webhook-cert.sh's
+    certificate; self.ca is the overlay's caBundle and self.overlay the objects
+    `kubectl kustomize` renders from the overlay."""
 
     server_name = SERVICE_HOST
 
     def make_certificate(self):
         self.out = os.path.join(self.tmp, "overlay")
         self.cert_script()
-        overlay = render(self.out)
+        self.overlay = overlay = render(self.out)
         wh = find(overlay, "MutatingWebhookConfiguration")["webhooks"][0]
         self.ca = os.path.join(self.tmp, "cabundle.pem")
         with open(self.ca, "wb") as f:
@@ -146,6 +147,11 @@ class CertificateScript(tw.WebhookCase):
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr + p.stdout)
         return p.stdout
+
+
+class CertificateScript(OverlayCertificate, tw.WebhookCase):
+    """deploy/webhook-cert.sh's certificate, served by the webhook and verified
+    with the overlay's caBundle under the Service's DNS name."""
 
     def test_served_certificate_verifies_with_ca_bundle(self):
         served = self.admit(tw.fixture("gpushare-vllm.json"))[0]
