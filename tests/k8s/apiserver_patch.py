@@ -63,17 +63,21 @@ def _parent(doc, tokens, path):
     return node
 
 
-def _get(doc, path):
+def _member(doc, path, remove=False):
+    """The value at `path`, which must exist; taken out of the document when `remove`."""
     tokens = _pointer(path)
     if not tokens:
+        if remove:
+            raise PatchError("cannot remove the whole document")
         return doc
     parent, last = _parent(doc, tokens, path), tokens[-1]
     if isinstance(parent, dict):
         if last not in parent:
             raise PatchError(f"path {path!r} does not exist")
-        return parent[last]
+        return parent.pop(last) if remove else parent[last]
     if isinstance(parent, list):
-        return parent[_index(parent, last, False)]
+        i = _index(parent, last, False)
+        return parent.pop(i) if remove else parent[i]
     raise PatchError(f"path {path!r}: parent is not an object or array")
 
 
@@ -91,20 +95,6 @@ def _add(doc, path, value):
     return doc
 
 
-def _remove(doc, path):
-    tokens = _pointer(path)
-    if not tokens:
-        raise PatchError("cannot remove the whole document")
-    parent, last = _parent(doc, tokens, path), tokens[-1]
-    if isinstance(parent, dict):
-        if last not in parent:
-            raise PatchError(f"remove: path {path!r} does not exist")
-        return parent.pop(last)
-    if isinstance(parent, list):
-        return parent.pop(_index(parent, last, False))
-    raise PatchError(f"path {path!r}: parent is not an object or array")
-
-
 def json_patch(doc, patch):
     """RFC 6902: the operations of `patch` (a list) applied in order."""
     if not isinstance(patch, list):
@@ -119,23 +109,23 @@ def json_patch(doc, patch):
         if kind == "add":
             doc = _add(doc, path, copy.deepcopy(op["value"]))
         elif kind == "remove":
-            _remove(doc, path)
+            _member(doc, path, remove=True)
         elif kind == "replace":
-            _get(doc, path)  # must exist
+            _member(doc, path)  # must exist
             if _pointer(path):
-                _remove(doc, path)
+                _member(doc, path, remove=True)
             doc = _add(doc, path, copy.deepcopy(op["value"]))
         elif kind in ("move", "copy"):
             if "from" not in op:
                 raise PatchError(f"operation {n} ({kind}): missing 'from'")
             if kind == "move" and (path + "/").startswith(op["from"] + "/") and path != op["from"]:
                 raise PatchError(f"operation {n}: cannot move {op['from']!r} into its own child {path!r}")
-            value = copy.deepcopy(_get(doc, op["from"]))
+            value = copy.deepcopy(_member(doc, op["from"]))
             if kind == "move":
-                _remove(doc, op["from"])
+                _member(doc, op["from"], remove=True)
             doc = _add(doc, path, value)
         elif kind == "test":
-            if _get(doc, path) != op["value"]:
+            if _member(doc, path) != op["value"]:
                 raise PatchError(f"operation {n}: test failed at {path!r}")
         else:
             raise PatchError(f"operation {n}: unknown op {kind!r}")

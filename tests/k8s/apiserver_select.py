@@ -195,19 +195,18 @@ class _Parser:
             raise CelError(f"unexpected {self.toks[self.i][1]!r}")
         return node
 
-    def or_(self):
-        node = self.and_()
-        while self.peek("||"):
+    def _chain(self, op, kind, operand):
+        node = operand()
+        while self.peek(op):
             self.i += 1
-            node = ("or", node, self.and_())
+            node = (kind, node, operand())
         return node
 
+    def or_(self):
+        return self._chain("||", "or", self.and_)
+
     def and_(self):
-        node = self.rel()
-        while self.peek("&&"):
-            self.i += 1
-            node = ("and", node, self.rel())
-        return node
+        return self._chain("&&", "and", self.rel)
 
     def rel(self):
         node = self.unary()
@@ -223,22 +222,26 @@ class _Parser:
             return ("not", self.unary())
         return self.member()
 
+    def items(self, close):
+        """Expressions separated by commas, up to `close` (taken)."""
+        out = []
+        while not self.peek(close):
+            out.append(self.or_())
+            if not self.peek(close):
+                self.take(",")
+        self.take(close)
+        return out
+
     def args(self):
         self.take("(")
-        out = []
-        while not self.peek(")"):
-            out.append(self.or_())
-            if not self.peek(")"):
-                self.take(",")
-        self.take(")")
-        return out
+        return self.items(")")
 
     def member(self):
         node = self.primary()
         while True:
             if self.peek("."):
                 self.i += 1
-                kind, name = self.toks[self.i] if self.i < len(self.toks) else (None, None)
+                kind, name = self.peek()
                 if kind != "id":
                     raise CelError("expected a field name after '.'")
                 self.i += 1
@@ -257,8 +260,10 @@ class _Parser:
                 return node
 
     def primary(self):
-        kind, value = self.toks[self.i] if self.i < len(self.toks) else (None, None)
+        kind, value = self.peek()
         self.i += 1
+        if kind is None:
+            raise CelError("unexpected end of expression")
         if kind == "lit":
             return ("lit", value)
         if (kind, value) == ("op", "("):
@@ -266,13 +271,7 @@ class _Parser:
             self.take(")")
             return node
         if (kind, value) == ("op", "["):
-            items = []
-            while not self.peek("]"):
-                items.append(self.or_())
-                if not self.peek("]"):
-                    self.take(",")
-            self.take("]")
-            return ("list", items)
+            return ("list", self.items("]"))
         if kind == "id" and self.peek("("):
             if value == "has":
                 (arg,) = self.args()
