@@ -437,8 +437,6 @@ class LocalApiServer:
             code, obj, warnings, ctype = self._route(h, url.path, query, body, user)
         except ApiError as e:
             code, obj, ctype = e.code, e.status, "application/json"
-        except apiserver_admission.AdmissionError as e:
-            code, obj, ctype = e.status.get("code", 500), e.status, "application/json"
         with self.store.cv:
             entry["code"] = code
             self.store.cv.notify_all()

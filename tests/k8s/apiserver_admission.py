@@ -187,7 +187,7 @@ class Dispatcher:
             u = urllib.parse.urlsplit(cc["url"])
             port = u.port or 443
             path = (u.path or "/") + "?" + (u.query + "&" if u.query else "") + query
-            return u.hostname, port, u.hostname, port, path, cc["url"]
+            return u.hostname, port, u.hostname, port, path, f"https://{u.netloc}{path}"
         svc = cc["service"]
         server_name = f"{svc['name']}.{svc['namespace']}.svc"
         path = (svc.get("path") or "/") + "?" + query

@@ -72,6 +72,14 @@ def _now():
     return apiserver_pods.now_rfc3339()
 
 
+def _refusal_as_api_error(fn, *args, **kwargs):
+    """fn(...), with an admission refusal raised as the ApiError of its Status."""
+    try:
+        return fn(*args, **kwargs)
+    except apiserver_admission.AdmissionError as e:
+        raise ApiError.from_status(e.status) from None
+
+
 def resource(name):
     """The served resource called `name` (e.g. "pods"); ValueError if there is none."""
     r = next((r for r in disc.RESOURCES if r.name == name), None)
@@ -109,9 +117,10 @@ class Objects:
                    "apiVersion": "meta.k8s.io/v1"}
         if query.get("fieldManager"):
             options["fieldManager"] = query["fieldManager"]
-        return self.admission.admit(operation, (res.group, res.version, res.name, res.kind), res.namespaced, ns, name,
-                                    obj, old, subresource=sub or "", dry_run=query.get("dryRun") == "All",
-                                    user=user, options=options, after_patch=after)
+        return _refusal_as_api_error(
+            self.admission.admit, operation, (res.group, res.version, res.name, res.kind), res.namespaced, ns, name,
+            obj, old, subresource=sub or "", dry_run=query.get("dryRun") == "All", user=user, options=options,
+            after_patch=after)
 
     def validate(self, res, obj):
         name = obj["metadata"].get("name", "")
@@ -149,7 +158,7 @@ class Objects:
             obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
             obj["status"] = {"phase": "Active"}
         elif res.name == "mutatingwebhookconfigurations":
-            apiserver_admission.default_and_validate(obj)
+            _refusal_as_api_error(apiserver_admission.default_and_validate, obj)
         obj, warnings = self.admit(res, "CREATE", ns, meta.get("name", ""), obj, None, query, user)
         meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
@@ -194,7 +203,7 @@ class Objects:
             if errors:
                 raise _invalid(res, cur_meta["name"], errors)
         if res.name == "mutatingwebhookconfigurations":
-            apiserver_admission.default_and_validate(new)
+            _refusal_as_api_error(apiserver_admission.default_and_validate, new)
             if new.get("webhooks") != current.get("webhooks"):
                 meta["generation"] = cur_meta.get("generation", 1) + 1
         return new
