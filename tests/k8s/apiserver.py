@@ -57,9 +57,23 @@ policy, warnings, seconds); apiserver_admission.py says what is checked.
 
 Waiting, without sleeps: `wait_for(resource, name, namespace, predicate,
 timeout)` returns the object once predicate(object) holds (None stands for
-absent); `requests` lists every request served (method, path, query, user,
-code, user_agent) and `wait_for_request(predicate, timeout)` waits for one.
+absent); `requests` lists every request served (seq, method, path, query,
+user, code, user_agent, watching) and `wait_for_request(predicate, timeout,
+after=seq)` waits for one. To know that a client's watch has started (so that
+no change made next can be missed): `n = api.request_count`, start the
+client, then `api.wait_for_request(lambda r: r.get("watching"), after=n)`.
 `events(namespace=None)` lists core v1 Events.
+
+A client such as gpusnap's agent: HTTPS to `api.url`, verifying `api.ca_file`,
+with `Authorization: Bearer <api.token>`; e.g. the placeholders on node-a:
+GET /api/v1/pods?labelSelector=gpusnap.io%2Fplaceholder%3Dtrue&fieldSelector=
+spec.nodeName%3Dnode-a, then the same with `&watch=true&resourceVersion=<the
+list's metadata.resourceVersion>`; PATCH .../pods/NAME with
+`application/merge-patch+json` or `application/json-patch+json`; POST
+/api/v1/namespaces/NS/events. Bodies are JSON.
+
+Certificates for webhooks in tests: `make_ca(dir, name)` and
+`issue_certificate(dir, ca_name, name, dns=(), ips=())` (openssl, ECDSA).
 
 What is served (group/version/resource): core v1 namespaces, nodes, pods
 (+ status, binding), events; admissionregistration.k8s.io/v1
