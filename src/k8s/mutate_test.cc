@@ -147,6 +147,16 @@ TEST(Gpushare, SeveralContainersOnlyGpuOnesTouched) {
   EXPECT_EQ(r.pod["spec"]["volumes"].size(), pod["spec"]["volumes"].size() + 2);
 }
 
+TEST(Gpushare, GpuCountGivenAsJsonNumber) {
+  // kube-apiserver sends quantities as strings; a number in a hand-written review still counts.
+  json pod = Fixture("gpushare-mixed.json");
+  pod["spec"]["initContainers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 1;
+  pod["spec"]["containers"][2]["resources"]["limits"]["nvidia.com/gpu"] = 0;  // metrics
+  auto r = MutateChecked(pod);
+  EXPECT_NE(MountAt(Container(r.pod, "warmup"), "/gpusnap"), nullptr);
+  EXPECT_EQ(Container(r.pod, "metrics"), Container(pod, "metrics"));
+}
+
 TEST(Gpushare, MountPathTakenSkipsContainerWithWarning) {
   json pod = Fixture("gpushare-vllm.json");
   pod["spec"]["containers"][0]["volumeMounts"].push_back({{"name", "models"}, {"mountPath", "/gpusnap"}});
