@@ -24,6 +24,8 @@ inline constexpr CUresult CUDA_SUCCESS = 0;
 inline constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
 inline constexpr CUresult CUDA_ERROR_NOT_INITIALIZED = 3;
 inline constexpr CUresult CUDA_ERROR_INVALID_DEVICE = 101;
+inline constexpr CUresult CUDA_ERROR_INVALID_CONTEXT = 201;
+inline constexpr CUresult CUDA_ERROR_INVALID_HANDLE = 400;
 inline constexpr CUresult CUDA_ERROR_OPERATING_SYSTEM = 304;
 inline constexpr CUresult CUDA_ERROR_ILLEGAL_STATE = 401;
 inline constexpr CUresult CUDA_ERROR_NOT_FOUND = 500;
@@ -217,7 +219,19 @@ using PFN_cuStreamDestroy = CUresult (*)(CUstream stream);  // _v2
 using PFN_cuStreamSynchronize = CUresult (*)(CUstream stream);
 using PFN_cuMemHostAlloc = CUresult (*)(void** ptr, std::size_t bytes, unsigned int flags);
 using PFN_cuMemFreeHost = CUresult (*)(void* ptr);
+using PFN_cuMemExportToShareableHandle = CUresult (*)(void* shareable, CUmemGenericAllocationHandle handle,
+                                                      CUmemAllocationHandleType type, unsigned long long flags);
+using PFN_cuMemImportFromShareableHandle = CUresult (*)(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                                        CUmemAllocationHandleType type);
+using PFN_cuMemRetainAllocationHandle = CUresult (*)(CUmemGenericAllocationHandle* handle, void* addr);
+using PFN_cuMemGetAllocationPropertiesFromHandle = CUresult (*)(CUmemAllocationProp* prop,
+                                                                CUmemGenericAllocationHandle handle);
 }
+
+// CUipcMemHandle: 64 opaque bytes, passed by value to cuIpcOpenMemHandle.
+struct CUipcMemHandle {
+  char reserved[64];
+};
 
 // cuda.h has these as macros, hence other names.
 inline constexpr unsigned int kStreamNonBlocking = 1;     // CU_STREAM_NON_BLOCKING

@@ -30,7 +30,7 @@ TEST(ControlProtocol, RefusesMalformedRequestsNamingTheProblem) {
       {"[1]", "not a JSON object"},
       {"{}", "no \"cmd\""},
       {"{\"cmd\":7}", "no \"cmd\""},
-      {"{\"cmd\":\"dump\"}", "unknown control command `dump` (known: state, quiesce, release, load, resume)"},
+      {"{\"cmd\":\"dump\"}", "unknown control command `dump` (known: state, quiesce, release, load, resume, export, remap)"},
       {"{\"cmd\":\"state\",\"manifest\":\"/x\"}", "`state` takes no field `manifest`"},
       {"{\"cmd\":\"release\",\"manifest\":\"/m\"}", "needs a \"chunk_store\" string"},
       {"{\"cmd\":\"load\",\"chunk_store\":\"/s\",\"manifest\":5}", "needs a \"manifest\" string"},
@@ -38,6 +38,10 @@ TEST(ControlProtocol, RefusesMalformedRequestsNamingTheProblem) {
       {"{\"cmd\":\"quiesce\",\"timeout_ms\":0}", "1..3600000, not 0"},
       {"{\"cmd\":\"quiesce\",\"timeout_ms\":\"5\"}", "not \"5\""},
       {"{\"cmd\":\"resume\",\"timeout_ms\":5}", "takes no field `timeout_ms`"},
+      {"{\"cmd\":\"export\"}", "`export` needs \"object\": a positive integer"},
+      {"{\"cmd\":\"export\",\"object\":-3}", "`export` needs \"object\""},
+      {"{\"cmd\":\"remap\",\"object\":3}", "`remap` takes no field `object`"},
+      {"{\"cmd\":\"remap\",\"import\":0}", "`remap` needs \"import\""},
   };
   for (const Case& c : cases) {
     auto r = ParseControlRequest(c.line);
@@ -56,6 +60,9 @@ TEST(ControlProtocol, Replies) {
   ASSERT_FALSE(err.ok());
   EXPECT_EQ(err.status().code(), Code::kExternal);
   EXPECT_EQ(err.status().message(), "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (2)");
+  auto late = ParseControlReply(FormatControlError("quiesce: did not finish", /*timed_out=*/true));
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.status().code(), Code::kTimeout);
   auto bad = ParseControlReply("hello");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Code::kInternal);
@@ -72,6 +79,28 @@ TEST(ControlProtocol, PeerCredentials) {
   EXPECT_TRUE(ControlPeerAllowed(1000, 1000, true));   // the owner, same namespace
   EXPECT_FALSE(ControlPeerAllowed(1000, 1000, false)); // the owner from elsewhere
   EXPECT_FALSE(ControlPeerAllowed(1001, 1000, true));  // someone else
+}
+
+
+TEST(ControlProtocol, ExportAndRemapNameTheirObject) {
+  ControlRequest exp{ShimCommand::kExport, "", "", 10000, 0x7f0000200000};
+  EXPECT_EQ(FormatControlRequest(exp), "{\"cmd\":\"export\",\"object\":139637976989696}\n");
+  EXPECT_EQ(*ParseControlRequest(FormatControlRequest(exp)), exp);
+  ControlRequest remap{ShimCommand::kRemap, "", "", 10000, 0x6753000000000002};
+  EXPECT_EQ(*ParseControlRequest(FormatControlRequest(remap)), remap);
+}
+
+TEST(IpcHandle, RoundTripsAndTellsDriverHandlesApart) {
+  IpcHandle h{4026532301, 2, 0x7f0000200000, 4096, 8 << 20};
+  unsigned char bytes[kIpcHandleBytes];
+  EncodeIpcHandle(h, bytes);
+  auto back = DecodeIpcHandle(bytes);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(*back, h);
+  unsigned char driver[kIpcHandleBytes] = {0x11, 0x22, 0x33};
+  EXPECT_FALSE(DecodeIpcHandle(driver).has_value());
+  bytes[3] ^= 1;  // one bit of the magic
+  EXPECT_FALSE(DecodeIpcHandle(bytes).has_value());
 }
 
 }  // namespace

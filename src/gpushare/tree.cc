@@ -1,6 +1,8 @@
 #include "gpushare/tree.h"
 
+#include <linux/kcmp.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 
 #include "gpushare/chunk_manifest.h"
 #include "gpushare/chunk_store.h"
+#include "gpushare/control_client.h"
 #include "ns/proc.h"
 #include "util/files.h"
 #include "util/fd.h"
@@ -57,15 +60,90 @@ Status Command(const ShimProcess& p, ShimCommand c, const std::string& store = "
 
 using ManifestOf = std::function<std::string(const ShimProcess&)>;
 
+bool KcmpSameFile(pid_t a, int fd_a, pid_t b, int fd_b) {
+  return ::syscall(SYS_kcmp, a, b, KCMP_FILE, fd_a, fd_b) == 0;
+}
+
+// Before a release: whose memory each process imported, written beside its
+// manifest for the remap after the load.
+Status RecordShares(const std::vector<ShimProcess>& procs, const ManifestOf& manifest_of) {
+  std::vector<ProcessSharing> sharing;
+  bool any = false;
+  for (const ShimProcess& p : procs) {
+    GPUSNAP_ASSIGN_OR_RETURN(auto state, Send(p, {ShimCommand::kState, "", "", 10000}, 30000));
+    sharing.push_back(SharingFromState(state));
+    any = any || !sharing.back().imports.empty();
+  }
+  if (!any) return Status::Ok();
+  GPUSNAP_ASSIGN_OR_RETURN(auto shares, MatchShares(procs, sharing, [&](size_t ia, int a, size_t ib, int b) {
+                             return KcmpSameFile(procs[ia].pid, a, procs[ib].pid, b);
+                           }));
+  for (size_t i = 0; i < procs.size(); ++i) {
+    if (shares[i].empty()) continue;
+    GPUSNAP_RETURN_IF_ERROR(WriteFileAtomic(SharesPath(manifest_of(procs[i])), EncodeShares(shares[i])));
+  }
+  return Status::Ok();
+}
+
+// After every process has loaded: each import mapped again from a new fd of
+// its exporter's memory, passed through gpusnap.
+Status RemapShares(const std::vector<ShimProcess>& procs, const ManifestOf& manifest_of) {
+  for (const ShimProcess& p : procs) {
+    std::string path = SharesPath(manifest_of(p));
+    if (::access(path.c_str(), F_OK) != 0) continue;
+    GPUSNAP_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    GPUSNAP_ASSIGN_OR_RETURN(std::vector<Share> shares, DecodeShares(text, path));
+    for (const Share& share : shares) {
+      const ShimProcess* exporter = nullptr;
+      for (const ShimProcess& q : procs) {
+        if (q.ns_pid != share.exporter_ns_pid) continue;
+        if (exporter != nullptr)
+          return Status::Error(Code::kFailedPrecondition,
+                               "remap of pid {}: two processes have pid {} in their namespaces; cannot tell which "
+                               "exported its memory",
+                               p.pid, share.exporter_ns_pid);
+        exporter = &q;
+      }
+      if (exporter == nullptr)
+        return Status::Error(Code::kNotFound, "remap of pid {}: its memory came from pid {} (in its namespace), which is "
+                                              "not among the processes",
+                             p.pid, share.exporter_ns_pid);
+      ControlRequest exp{ShimCommand::kExport, "", "", 10000, share.object};
+      UniqueFd fd;
+      GPUSNAP_RETURN_IF_ERROR(Send(*exporter, exp, 30000, -1, &fd).status());
+      if (!fd.valid())
+        return Status::Error(Code::kExternal, "gpushare `export` of pid {}: no fd came with the reply", exporter->pid);
+      ControlRequest remap{ShimCommand::kRemap, "", "", 10000, share.import};
+      GPUSNAP_RETURN_IF_ERROR(Send(p, remap, 60000, fd.get()).status());
+    }
+  }
+  return Status::Ok();
+}
+
 // Quiesce all, then release all; on any failure every process is brought back.
 Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
                          const ManifestOf& manifest_of, int quiesce_timeout_ms, std::map<std::string, double>& timings) {
   auto t0 = Clock::now();
-  std::vector<Status> quiesced = OnEach(procs, [&](const ShimProcess& p) {
-    return Command(p, ShimCommand::kQuiesce, "", "", quiesce_timeout_ms);
-  });
+  // Processes that work together (a collective) can only all stop between
+  // two pieces of work: a process caught inside one waits for a peer already
+  // held. Several processes get short attempts, resumed between, until the
+  // timeout is spent.
+  auto deadline = t0 + std::chrono::milliseconds(quiesce_timeout_ms);
+  int attempt_ms = procs.size() > 1 ? std::min(quiesce_timeout_ms, 2000) : quiesce_timeout_ms;
+  Status st;
+  for (int attempt = 1;; ++attempt) {
+    st = FirstError(OnEach(procs, [&](const ShimProcess& p) {
+      return Command(p, ShimCommand::kQuiesce, "", "", attempt_ms);
+    }));
+    if (st.ok() || st.code() != Code::kTimeout || Clock::now() + std::chrono::milliseconds(attempt_ms) > deadline)
+      break;
+    OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(37 * attempt));
+    timings["gpushare-quiesce-retries"] = attempt;
+  }
   timings["gpushare-quiesce"] = SecondsSince(t0);
-  if (Status st = FirstError(quiesced); !st.ok()) {
+  if (st.ok()) st = RecordShares(procs, manifest_of);
+  if (!st.ok()) {
     OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
     return st;
   }
@@ -74,13 +152,14 @@ Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::strin
     return Command(p, ShimCommand::kRelease, chunk_store, manifest_of(p));
   });
   timings["gpushare-release"] = SecondsSince(t1);
-  if (Status st = FirstError(released); !st.ok()) {
+  if (st = FirstError(released); !st.ok()) {
     // A failed release rolled itself back; the others come back from their chunks.
     OnEach(procs, [&](const ShimProcess& p) {
       size_t i = static_cast<size_t>(&p - procs.data());
-      if (released[i].ok()) GPUSNAP_RETURN_IF_ERROR(Command(p, ShimCommand::kLoad, chunk_store, manifest_of(p)));
-      return Command(p, ShimCommand::kResume);
+      return released[i].ok() ? Command(p, ShimCommand::kLoad, chunk_store, manifest_of(p)) : Status::Ok();
     });
+    (void)RemapShares(procs, manifest_of);
+    OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
     return st;
   }
   return Status::Ok();
@@ -100,6 +179,9 @@ Status LoadAndResume(const std::vector<ShimProcess>& procs, const std::string& c
   });
   timings["gpushare-load"] = SecondsSince(t0);
   GPUSNAP_RETURN_IF_ERROR(FirstError(loaded));
+  auto t_remap = Clock::now();
+  GPUSNAP_RETURN_IF_ERROR(RemapShares(procs, manifest_of));
+  timings["gpushare-remap"] = SecondsSince(t_remap);
   auto t1 = Clock::now();
   Status st = ResumeAll(procs);
   timings["gpushare-resume"] = SecondsSince(t1);
@@ -169,43 +251,83 @@ Result<std::vector<ShimProcess>> FindShimProcesses(const std::vector<pid_t>& gpu
   return ShimProcessesOf(gpu_pids);
 }
 
-Result<nlohmann::json> Send(const ShimProcess& p, const ControlRequest& request, int timeout_ms) {
-  auto fail = [&](int err, const char* what) {
-    return Status::Errno(err, "gpushare `{}` of pid {}: {} control socket @{}", ShimCommandName(request.command), p.pid,
-                         what, p.socket);
-  };
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return fail(errno, "creating a socket for the");
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (p.socket.size() + 2 > sizeof(addr.sun_path)) return Status::Error(Code::kInvalidArgument, "socket name too long");
-  std::memcpy(addr.sun_path + 1, p.socket.data(), p.socket.size());
-  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + p.socket.size());
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) return fail(errno, "cannot reach its");
-  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  std::string line = FormatControlRequest(request);
-  if (::send(fd.get(), line.data(), line.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(line.size()))
-    return fail(errno, "cannot write to its");
-  std::string reply;
-  char buf[4096];
-  while (reply.find('\n') == std::string::npos) {
-    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return Status::Error(Code::kTimeout, "gpushare `{}` of pid {}: no answer within {} ms",
-                           ShimCommandName(request.command), p.pid, timeout_ms);
-    if (n < 0) return fail(errno, "cannot read from its");
-    if (n == 0)
-      return Status::Error(Code::kExternal, "gpushare `{}` of pid {}: the process closed its control socket",
-                           ShimCommandName(request.command), p.pid);
-    reply.append(buf, static_cast<size_t>(n));
-  }
-  auto parsed = ParseControlReply(reply.substr(0, reply.find('\n')));
-  if (!parsed.ok())
-    return parsed.status().Wrap(fmt::format("gpushare `{}` of pid {}", ShimCommandName(request.command), p.pid));
+Result<nlohmann::json> Send(const ShimProcess& p, const ControlRequest& request, int timeout_ms, int send_fd,
+                            UniqueFd* received) {
+  std::string what = fmt::format("gpushare `{}` of pid {}", ShimCommandName(request.command), p.pid);
+  GPUSNAP_ASSIGN_OR_RETURN(ControlExchange got,
+                           ExchangeControlLine(p.socket, FormatControlRequest(request), timeout_ms, send_fd, what));
+  auto parsed = ParseControlReply(got.reply);
+  if (!parsed.ok()) return parsed.status().Wrap(what);
+  if (received != nullptr) *received = std::move(got.passed_fd);
   return parsed;
+}
+
+Result<std::vector<std::vector<Share>>> MatchShares(const std::vector<ShimProcess>& procs,
+                                                    const std::vector<ProcessSharing>& sharing,
+                                                    const SameFile& same_file) {
+  std::vector<std::vector<Share>> out(procs.size());
+  for (size_t i = 0; i < procs.size() && i < sharing.size(); ++i) {
+    for (const KeptFd& imp : sharing[i].imports) {
+      bool found = false;
+      for (size_t j = 0; j < procs.size() && j < sharing.size() && !found; ++j) {
+        if (j == i) continue;
+        for (const KeptFd& exp : sharing[j].exports) {
+          if (!same_file(i, imp.fd, j, exp.fd)) continue;
+          out[i].push_back({imp.id, procs[j].ns_pid, exp.id});
+          found = true;
+          break;
+        }
+      }
+      if (!found)
+        return Status::Error(Code::kFailedPrecondition,
+                             "pid {} maps device memory ({:#x}) that no other GPU process of the tree exported: "
+                             "gpushare takes memory shared within the processes it checkpoints only",
+                             procs[i].pid, imp.id);
+    }
+  }
+  return out;
+}
+
+ProcessSharing SharingFromState(const nlohmann::json& state) {
+  ProcessSharing out;
+  auto read = [&](const char* list, const char* key, std::vector<KeptFd>& into) {
+    if (!state.contains(list) || !state[list].is_array()) return;
+    for (const auto& e : state[list]) {
+      if (e.is_object() && e.value(key, nlohmann::json()).is_number_unsigned() && e.value("fd", -1) >= 0)
+        into.push_back({e[key].get<uint64_t>(), e["fd"].get<int>()});
+    }
+  };
+  read("exports", "object", out.exports);
+  read("imports", "import", out.imports);
+  return out;
+}
+
+std::string EncodeShares(const std::vector<Share>& shares) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const Share& s : shares)
+    j.push_back({{"import", s.import}, {"exporter_ns_pid", s.exporter_ns_pid}, {"object", s.object}});
+  return j.dump(1) + "\n";
+}
+
+Result<std::vector<Share>> DecodeShares(std::string_view text, const std::string& path) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&] { return Status::Error(Code::kCorruption, "`{}` is not a list of shares", path); };
+  if (!j.is_array()) return bad();
+  std::vector<Share> out;
+  for (const auto& e : j) {
+    if (!e.is_object() || !e.value("import", nlohmann::json()).is_number_unsigned() ||
+        !e.value("exporter_ns_pid", nlohmann::json()).is_number_integer() ||
+        !e.value("object", nlohmann::json()).is_number_unsigned())
+      return bad();
+    out.push_back({e["import"].get<uint64_t>(), e["exporter_ns_pid"].get<int>(), e["object"].get<uint64_t>()});
+  }
+  return out;
+}
+
+std::string SharesPath(const std::string& manifest_path) {
+  std::string base = manifest_path;
+  if (base.ends_with(".chunks")) base.resize(base.size() - 7);
+  return base + ".shares";
 }
 
 std::string ManifestPath(const std::string& dir, const ShimProcess& p) {
@@ -264,8 +386,10 @@ Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids)
   return out;
 }
 
+std::string SuspendedRoot(const std::string& store) { return store + "/suspended"; }
+
 std::string SuspendedDir(const std::string& store, const ShimProcess& p) {
-  return fmt::format("{}/suspended/{}", store, p.pid);
+  return fmt::format("{}/{}", SuspendedRoot(store), p.pid);
 }
 
 Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,

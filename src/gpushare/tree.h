@@ -8,7 +8,9 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 
 #include "gpushare/protocol.h"
 #include "gpusnap/status.h"
+#include "util/fd.h"
 
 namespace gpusnap::gpushare {
 
@@ -40,10 +43,46 @@ std::string MappedShimPath(pid_t pid);
 Result<std::vector<ShimProcess>> FindShimProcesses(const std::vector<pid_t>& gpu_pids);
 
 // One request to one process; the reply's fields. Errors name the pid.
-Result<nlohmann::json> Send(const ShimProcess& p, const ControlRequest& request, int timeout_ms);
+// `send_fd` (>= 0) is passed with the request (remap); the fd the process
+// passes back (export) lands in `received`.
+Result<nlohmann::json> Send(const ShimProcess& p, const ControlRequest& request, int timeout_ms, int send_fd = -1,
+                            UniqueFd* received = nullptr);
 
 // The manifest of one process inside `dir` (a snapshot's gpu/ directory).
 std::string ManifestPath(const std::string& dir, const ShimProcess& p);
+
+// Device memory shared between the processes (CUDA IPC, exported VMM fds):
+// each process's state lists the fds it keeps of what it exported and of
+// what it imported; an import and an export that are the same open file are
+// the same memory.
+struct KeptFd {
+  uint64_t id = 0;  // exports: the object; imports: the import
+  int fd = -1;
+};
+struct ProcessSharing {
+  std::vector<KeptFd> exports;
+  std::vector<KeptFd> imports;
+};
+// One import of one process: whose object it is.
+struct Share {
+  uint64_t import = 0;
+  int exporter_ns_pid = 0;
+  uint64_t object = 0;
+
+  bool operator==(const Share&) const = default;
+};
+// Whether fd `a` of process `ia` and fd `b` of process `ib` are one open file.
+using SameFile = std::function<bool(size_t ia, int a, size_t ib, int b)>;
+// Pure: for each process, its imports' exporters. kFailedPrecondition naming
+// the process when an import matches no export of another process in `procs`.
+Result<std::vector<std::vector<Share>>> MatchShares(const std::vector<ShimProcess>& procs,
+                                                    const std::vector<ProcessSharing>& sharing,
+                                                    const SameFile& same_file);
+ProcessSharing SharingFromState(const nlohmann::json& state);
+std::string EncodeShares(const std::vector<Share>& shares);
+Result<std::vector<Share>> DecodeShares(std::string_view text, const std::string& path);
+// Beside a process's manifest: its imports, present only when it has some.
+std::string SharesPath(const std::string& manifest_path);
 
 // Quiesce every process, then release every process's device memory into
 // `chunk_store` with its manifest in `manifest_dir`. Timings: gpushare-quiesce,
@@ -65,6 +104,7 @@ Status CheckManifests(const std::string& chunk_store, const std::string& manifes
 // shim) give up their device memory in place, into `store`'s chunk store with
 // the manifests under <store>/suspended/<pid>/, and take it back.
 Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids);
+std::string SuspendedRoot(const std::string& store);  // <store>/suspended
 std::string SuspendedDir(const std::string& store, const ShimProcess& p);
 Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,
                       std::map<std::string, double>& timings);

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "gpushare/control_client.h"
 #include "gpushare/protocol.h"
 #include "gpushare/shim/device_memory.h"
 
@@ -21,6 +22,7 @@ namespace {
 std::mutex g_mu;
 bool g_started = false;  // GUARDED_BY(g_mu)
 int g_listen_fd = -1;    // GUARDED_BY(g_mu)
+std::optional<std::pair<uint64_t, int>> g_identity;  // GUARDED_BY(g_mu)
 
 uint64_t PidNamespaceInode(pid_t pid) {
   struct stat st{};
@@ -28,7 +30,9 @@ uint64_t PidNamespaceInode(pid_t pid) {
   return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
 }
 
-std::string Handle(const std::string& line) {
+// The reply line, and the fd to pass with it (export). `passed` is what the
+// peer passed with its request (remap).
+std::string Handle(const std::string& line, UniqueFd passed, UniqueFd& reply_fd) {
   auto req = ParseControlRequest(line);
   if (!req.ok()) return FormatControlError(req.status().message());
   DeviceMemory& memory = DeviceMemory::Get();
@@ -41,8 +45,18 @@ std::string Handle(const std::string& line) {
     case ShimCommand::kRelease: st = memory.Release(req->chunk_store, req->manifest); break;
     case ShimCommand::kLoad: st = memory.Load(req->chunk_store, req->manifest); break;
     case ShimCommand::kResume: st = memory.Resume(); break;
+    case ShimCommand::kExport: {
+      auto fd = memory.ExportFd(req->object);
+      if (!fd.ok()) return FormatControlError(fd.status().message());
+      reply_fd = std::move(*fd);
+      break;
+    }
+    case ShimCommand::kRemap:
+      if (!passed.valid()) return FormatControlError("remap: no fd came with the request");
+      st = memory.Remap(req->object, std::move(passed));
+      break;
   }
-  if (!st.ok()) return FormatControlError(st.message());
+  if (!st.ok()) return FormatControlError(st.message(), st.code() == Code::kTimeout);
   return FormatControlReply(memory.Describe());
 }
 
@@ -53,28 +67,24 @@ void Serve(int fd) {
   // A peer outside our pid namespace shows as pid 0 here.
   bool same_ns = cred.pid > 0 && PidNamespaceInode(cred.pid) == PidNamespaceInode(0);
   std::string reply;
+  UniqueFd reply_fd;
   if (!ControlPeerAllowed(cred.uid, ::geteuid(), same_ns)) {
     reply = FormatControlError("permission denied: only root or this process's user in its pid namespace");
   } else {
     timeval tv{30, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     std::string line;
+    UniqueFd passed;
     char buf[4096];
     while (line.find('\n') == std::string::npos && line.size() < 65536) {
-      ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
+      long n = RecvWithFd(fd, buf, sizeof(buf), passed);
       if (n <= 0) break;
       line.append(buf, static_cast<size_t>(n));
     }
     if (line.find('\n') == std::string::npos) return;  // the peer left, or sent too much
-    reply = Handle(line.substr(0, line.find('\n')));
+    reply = Handle(line.substr(0, line.find('\n')), std::move(passed), reply_fd);
   }
-  for (size_t off = 0; off < reply.size();) {
-    ssize_t n = ::send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    off += static_cast<size_t>(n);
-  }
+  SendWithFd(fd, reply, reply_fd.get());
   // Closing with the peer's request unread would reset the connection before
   // the peer reads our answer: say we are done, then take what it sent, briefly.
   ::shutdown(fd, SHUT_WR);
@@ -104,6 +114,7 @@ void ForgetInChild() {
   if (g_listen_fd >= 0) ::close(g_listen_fd);
   g_listen_fd = -1;
   g_started = false;
+  g_identity.reset();
 }
 
 }  // namespace
@@ -127,7 +138,13 @@ void StartControlServer() {
     return;
   }
   g_listen_fd = fd;
+  g_identity = {PidNamespaceInode(0), ::getpid()};
   std::thread(Loop, fd).detach();
+}
+
+std::optional<std::pair<uint64_t, int>> ControlSocketIdentity() {
+  std::lock_guard lock(g_mu);
+  return g_identity;
 }
 
 }  // namespace gpusnap::gpushare

@@ -3,6 +3,10 @@
 // per connection (gpushare/protocol.h).
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <utility>
+
 namespace gpusnap::gpushare {
 
 // Starts the thread once per process (again in a forked child that calls
@@ -10,5 +14,9 @@ namespace gpusnap::gpushare {
 // without a control socket: gpusnap then treats it as a GPU process without
 // the shim.
 void StartControlServer();
+
+// The (pid namespace inode, pid) the socket was named with when it was bound:
+// still its name after a restore into another namespace. nullopt without one.
+std::optional<std::pair<uint64_t, int>> ControlSocketIdentity();
 
 }  // namespace gpusnap::gpushare

@@ -1,8 +1,12 @@
 #include "gpushare/shim/device_memory.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <memory>
 #include <functional>
 #include <map>
 #include <thread>
@@ -144,6 +148,25 @@ Status RunChunkJobs(size_t jobs, unsigned threads, int buffers, uint64_t buffer_
   return failure;
 }
 
+// Tests on a real driver cannot make it fail on cue: with
+// GPUSNAP_GPUSHARE_TEST_FAIL naming a file that holds the line
+// "<step> <pid>" (the pid as this process sees itself), that step fails here
+// after the memory was freed, so its undoing runs as after a driver error.
+Status InjectedFailure(const char* step) {
+  const char* path = std::getenv("GPUSNAP_GPUSHARE_TEST_FAIL");
+  if (path == nullptr || *path == 0) return Status::Ok();
+  auto text = ReadFile(path);
+  if (!text.ok()) return Status::Ok();
+  std::string want = fmt::format("{} {}", step, ::getpid());
+  for (size_t at = 0; (at = text->find(want, at)) != std::string::npos; at += want.size()) {
+    size_t end = at + want.size();
+    if ((at == 0 || (*text)[at - 1] == '\n') && (end == text->size() || (*text)[end] == '\n'))
+      return Status::Error(Code::kInternal, "{}: failure injected for pid {} (GPUSNAP_GPUSHARE_TEST_FAIL)", step,
+                           ::getpid());
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 DeviceMemory& DeviceMemory::Get() {
@@ -233,6 +256,7 @@ abi::CUresult DeviceMemory::Free(abi::CUdeviceptr ptr) {
 Status DeviceMemory::Quiesce(int timeout_ms) {
   if (state_ != ShimState::kRunning) return Status::Ok();
   auto t0 = Clock::now();
+  auto deadline = t0 + std::chrono::milliseconds(timeout_ms);
   if (!gate_.Close(std::chrono::milliseconds(timeout_ms)))
     return Status::Error(Code::kTimeout, "quiesce: {} call(s) still inside the driver after {} ms", gate_.inside(),
                          timeout_ms);
@@ -240,14 +264,47 @@ Status DeviceMemory::Quiesce(int timeout_ms) {
   {
     std::lock_guard lock(mu_);
     contexts = registry_.Contexts();
-  }
-  for (uint64_t ctx : contexts) {
-    abi::CUresult rc = Real().ctx_set_current(reinterpret_cast<abi::CUcontext>(ctx));
-    if (rc == abi::CUDA_SUCCESS) rc = Real().ctx_synchronize();
-    if (rc != abi::CUDA_SUCCESS) {
-      gate_.Open();
-      return Status::Error(Code::kExternal, "quiesce: {}", Real().Describe("cuCtxSynchronize", rc));
+    for (VmmObject* o : objects_.Objects()) {
+      for (const VmmMapping& m : objects_.MappingsOf(o->id)) {
+        if (m.context != 0 && std::find(contexts.begin(), contexts.end(), m.context) == contexts.end())
+          contexts.push_back(m.context);
+      }
     }
+  }
+  // The work already on the GPU may wait for another process whose next
+  // launch is held at its own gate (a collective half entered): wait for it
+  // on a thread of its own, and give up at the deadline; gpusnap then resumes
+  // every process and tries again.
+  struct Drain {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    abi::CUresult rc = abi::CUDA_SUCCESS;
+  };
+  auto drain = std::make_shared<Drain>();
+  std::thread([drain, contexts] {
+    abi::CUresult rc = abi::CUDA_SUCCESS;
+    for (uint64_t ctx : contexts) {
+      rc = Real().ctx_set_current(reinterpret_cast<abi::CUcontext>(ctx));
+      if (rc == abi::CUDA_SUCCESS) rc = Real().ctx_synchronize();
+      if (rc != abi::CUDA_SUCCESS) break;
+    }
+    std::lock_guard lock(drain->mu);
+    drain->rc = rc;
+    drain->done = true;
+    drain->cv.notify_all();
+  }).detach();
+  std::unique_lock lock(drain->mu);
+  if (!drain->cv.wait_until(lock, deadline, [&] { return drain->done; })) {
+    gate_.Open();
+    return Status::Error(Code::kTimeout,
+                         "quiesce: the GPU work already submitted did not finish within {} ms (is it waiting for "
+                         "another process, as a collective does?)",
+                         timeout_ms);
+  }
+  if (drain->rc != abi::CUDA_SUCCESS) {
+    gate_.Open();
+    return Status::Error(Code::kExternal, "quiesce: {}", Real().Describe("cuCtxSynchronize", drain->rc));
   }
   state_ = ShimState::kQuiesced;
   last_ = {{"quiesce_s", SecondsSince(t0)}};
@@ -264,9 +321,12 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
     std::lock_guard lock(mu_);
     allocs = registry_.All();
   }
-  std::vector<ChunkJob> jobs = ChunkJobs(allocs);
+  // What is saved: the cuMemAlloc allocations, then the application's own VMM objects.
+  GPUSNAP_ASSIGN_OR_RETURN(std::vector<TrackedAllocation> saved, ObjectRanges(/*released=*/false));
+  saved.insert(saved.begin(), allocs.begin(), allocs.end());
+  std::vector<ChunkJob> jobs = ChunkJobs(saved);
   ChunkManifest manifest;
-  for (const TrackedAllocation& a : allocs) {
+  for (const TrackedAllocation& a : saved) {
     manifest.allocations.push_back({a.va, a.size, a.device, {}});
     manifest.allocations.back().chunks.resize((a.size + kChunkBytes - 1) / kChunkBytes);
   }
@@ -274,11 +334,11 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   SaveStats stats;
   // Saving changes nothing in the process: a failure here leaves it as it was.
   Status st = RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, kChunkBytes,
-                           allocs.empty() ? 0 : allocs.front().context,
+                           saved.empty() ? 0 : saved.front().context,
                            [&](Staging& staging, size_t j, size_t) -> Status {
                              if (j == SIZE_MAX) return Status::Ok();
                              const ChunkJob& job = jobs[j];
-                             const TrackedAllocation& a = allocs[job.alloc];
+                             const TrackedAllocation& a = saved[job.alloc];
                              GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(a.context, 0));
                              SHIM_CU(Real().copy_dtoh_async(staging.buffer(0), a.va + job.offset, job.length, stream),
                                      "cuMemcpyDtoHAsync");
@@ -300,7 +360,6 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
 
   // Now free the physical memory; the reservations keep the addresses.
   const RealDriver& d = Real();
-  std::vector<TrackedAllocation> freed;
   for (TrackedAllocation& a : allocs) {
     abi::CUresult rc = d.mem_unmap(a.va, a.size);
     if (rc == abi::CUDA_SUCCESS) rc = d.mem_release(a.handle);
@@ -311,10 +370,11 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
     }
     a.released = true;
     a.handle = 0;
-    freed.push_back(a);
     std::lock_guard lock(mu_);
     registry_.Update(a);
   }
+  if (st.ok()) st = FreeObjects();
+  if (st.ok()) st = InjectedFailure("release");
   if (!st.ok()) {
     // Put back what was already freed, from the chunks just written.
     state_ = ShimState::kReleased;
@@ -324,7 +384,7 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   }
   state_ = ShimState::kReleased;
   uint64_t released_bytes = 0;
-  for (const TrackedAllocation& a : freed) released_bytes += a.size;
+  for (const TrackedAllocation& a : saved) released_bytes += a.size;
   last_ = {{"release_s", SecondsSince(t0)},        {"save_s", save_s},
            {"bytes", released_bytes},              {"chunks_written", stats.chunks_written},
            {"chunks_present", stats.chunks_present}, {"chunks_zero", stats.chunks_zero},
@@ -442,7 +502,10 @@ Status DeviceMemory::Load(const std::string& chunk_store, const std::string& man
   std::vector<TrackedAllocation> released;
   for (const TrackedAllocation& a : allocs)
     if (a.released) released.push_back(a);
+  GPUSNAP_ASSIGN_OR_RETURN(std::vector<TrackedAllocation> objects, ObjectRanges(/*released=*/true));
   GPUSNAP_RETURN_IF_ERROR(MapAll(released).Wrap("load"));
+  GPUSNAP_RETURN_IF_ERROR(MakeObjects().Wrap("load"));
+  released.insert(released.end(), objects.begin(), objects.end());
   double map_s = SecondsSince(t0);
   GPUSNAP_RETURN_IF_ERROR(Fill(chunk_store, released, manifest).Wrap("load"));
   state_ = ShimState::kQuiesced;
@@ -456,6 +519,14 @@ Status DeviceMemory::Load(const std::string& chunk_store, const std::string& man
 Status DeviceMemory::Resume() {
   if (state_ == ShimState::kReleased)
     return Status::Error(Code::kFailedPrecondition, "resume: the device memory is released; load it first");
+  {
+    std::lock_guard lock(mu_);
+    for (VmmObject* o : objects_.Objects()) {
+      if (o->imported && o->real == 0 && !objects_.MappingsOf(o->id).empty())
+        return Status::Error(Code::kFailedPrecondition,
+                             "resume: imported device memory {:#x} is not mapped again yet (remap it first)", o->id);
+    }
+  }
   state_ = ShimState::kRunning;
   gate_.Open();
   return Status::Ok();
@@ -467,12 +538,14 @@ nlohmann::json DeviceMemory::Describe() {
     std::lock_guard lock(mu_);
     t = registry_.Totals();
   }
-  return {{"state", StateName(state_)},
-          {"allocations", t.allocations},
-          {"bytes", t.bytes},
-          {"released_bytes", t.released_bytes},
-          {"held_calls", gate_.held()},
-          {"last", last_}};
+  nlohmann::json j{{"state", StateName(state_)},
+                   {"allocations", t.allocations},
+                   {"bytes", t.bytes},
+                   {"released_bytes", t.released_bytes},
+                   {"held_calls", gate_.held()},
+                   {"last", last_}};
+  j.update(DescribeSharing());
+  return j;
 }
 
 }  // namespace gpusnap::gpushare

@@ -14,15 +14,20 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "gpushare/allocation_registry.h"
 #include "gpushare/chunk_manifest.h"
+#include "gpushare/vmm_table.h"
 #include "gpushare/shim/real_driver.h"
 #include "gpushare/shim/work_gate.h"
 #include "gpusnap/status.h"
+#include "util/fd.h"
 
 namespace gpusnap::gpushare {
 
@@ -42,6 +47,34 @@ class DeviceMemory {
   abi::CUresult Allocate(abi::CUdeviceptr* ptr, size_t bytes);
   abi::CUresult Free(abi::CUdeviceptr ptr);
 
+  // The driver's VMM calls as the application sees them (shared_memory.cc):
+  // device memory objects behind ids of the shim's (VmmTable), so they can be
+  // saved, freed and made again behind the application's back. Handles that
+  // are not the shim's pass to the driver unchanged.
+  abi::CUresult Create(abi::CUmemGenericAllocationHandle* handle, size_t size, const abi::CUmemAllocationProp* prop,
+                       unsigned long long flags);
+  abi::CUresult ReleaseHandle(abi::CUmemGenericAllocationHandle handle);
+  abi::CUresult Map(abi::CUdeviceptr va, size_t size, size_t offset, abi::CUmemGenericAllocationHandle handle,
+                    unsigned long long flags);
+  abi::CUresult Unmap(abi::CUdeviceptr va, size_t size);
+  abi::CUresult SetAccess(abi::CUdeviceptr va, size_t size, const abi::CUmemAccessDesc* desc, size_t count);
+  abi::CUresult Export(void* shareable, abi::CUmemGenericAllocationHandle handle, abi::CUmemAllocationHandleType type,
+                       unsigned long long flags);
+  abi::CUresult Import(abi::CUmemGenericAllocationHandle* handle, void* os_handle, abi::CUmemAllocationHandleType type);
+  abi::CUresult Retain(abi::CUmemGenericAllocationHandle* handle, void* addr);
+  abi::CUresult PropertiesOf(abi::CUmemAllocationProp* prop, abi::CUmemGenericAllocationHandle handle);
+  // CUDA IPC of gpushare memory: the handle names this process's control
+  // socket and the object; opening it asks that process for an fd. nullopt:
+  // not gpushare memory, the caller asks the driver.
+  std::optional<abi::CUresult> IpcGet(abi::CUipcMemHandle* out, abi::CUdeviceptr ptr);
+  std::optional<abi::CUresult> IpcOpen(abi::CUdeviceptr* ptr, const abi::CUipcMemHandle& handle);
+  std::optional<abi::CUresult> IpcClose(abi::CUdeviceptr ptr);
+
+  // Control: a new fd of object `object` (an allocation's address or a VMM id)
+  // for another process; and an imported object mapped again from `fd`.
+  Result<UniqueFd> ExportFd(uint64_t object);
+  Status Remap(uint64_t import, UniqueFd fd);
+
   Status Quiesce(int timeout_ms);
   Status Release(const std::string& chunk_store, const std::string& manifest);
   Status Load(const std::string& chunk_store, const std::string& manifest);
@@ -53,11 +86,24 @@ class DeviceMemory {
  private:
   DeviceMemory() = default;
   Status MapAll(std::vector<TrackedAllocation>& allocs);
+  // shared_memory.cc: the VMM objects' part of release and load.
+  // The created objects (mapped now, or released now), as the ranges through
+  // which their bytes are read and written. REQUIRES: quiesced.
+  Result<std::vector<TrackedAllocation>> ObjectRanges(bool released);
+  Status FreeObjects();
+  Status MakeObjects();
+  void CloseExportedFds(uint64_t object);  // REQUIRES: mu_ held; 0: all
+  void DropIfUnused(uint64_t id);          // REQUIRES: mu_ held
+  nlohmann::json DescribeSharing();
   Status Fill(const std::string& chunk_store, const std::vector<TrackedAllocation>& allocs,
               const ChunkManifest& manifest);
 
   std::mutex mu_;
   AllocationRegistry registry_;  // GUARDED_BY(mu_)
+  VmmTable objects_;             // GUARDED_BY(mu_)
+  // Duplicates of the fds this process exported, by object: the same open
+  // files its importers hold, which is how gpusnap pairs them (kcmp).
+  std::vector<std::pair<uint64_t, int>> exported_fds_;  // GUARDED_BY(mu_)
   ShimState state_ = ShimState::kRunning;  // written by the control thread only
   bool vmm_disabled_ = false;    // GUARDED_BY(mu_): VMM refused once; plain cuMemAlloc from then on
   nlohmann::json last_;          // the last transition's figures

@@ -5,7 +5,8 @@
 //
 // Hooked: cuInit (starts the control thread), cuGetProcAddress (so later
 // lookups pass here too), cuMemAlloc/cuMemFree (device memory on the VMM path,
-// see device_memory.h), and every call that submits GPU work (below), which
+// see device_memory.h), the application's own VMM calls and CUDA IPC
+// (shared_memory.cc), and every call that submits GPU work (below), which
 // passes the work gate. The same name may resolve to several driver functions
 // (per-thread default stream variants, ABI versions), so each distinct driver
 // function gets its own wrapper from a pool per signature.
@@ -128,6 +129,67 @@ CUresult HookMemFree(CUdeviceptr ptr) {
   WorkGate::Scope scope(DeviceMemory::Get().gate());
   return DeviceMemory::Get().Free(ptr);
 }
+// The driver's VMM calls: objects behind the shim's ids (shared_memory.cc).
+using abi::CUmemGenericAllocationHandle;
+CUresult HookMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const abi::CUmemAllocationProp* prop,
+                       unsigned long long flags) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  return DeviceMemory::Get().Create(handle, size, prop, flags);
+}
+CUresult HookMemRelease(CUmemGenericAllocationHandle handle) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  return DeviceMemory::Get().ReleaseHandle(handle);
+}
+CUresult HookMemMap(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                    unsigned long long flags) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  return DeviceMemory::Get().Map(va, size, offset, handle, flags);
+}
+CUresult HookMemUnmap(CUdeviceptr va, size_t size) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  return DeviceMemory::Get().Unmap(va, size);
+}
+CUresult HookMemSetAccess(CUdeviceptr va, size_t size, const abi::CUmemAccessDesc* desc, size_t count) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  return DeviceMemory::Get().SetAccess(va, size, desc, count);
+}
+CUresult HookMemExport(void* shareable, CUmemGenericAllocationHandle handle, abi::CUmemAllocationHandleType type,
+                       unsigned long long flags) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  return DeviceMemory::Get().Export(shareable, handle, type, flags);
+}
+CUresult HookMemImport(CUmemGenericAllocationHandle* handle, void* os_handle, abi::CUmemAllocationHandleType type) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  return DeviceMemory::Get().Import(handle, os_handle, type);
+}
+CUresult HookMemRetain(CUmemGenericAllocationHandle* handle, void* addr) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  return DeviceMemory::Get().Retain(handle, addr);
+}
+CUresult HookMemProperties(abi::CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  return DeviceMemory::Get().PropertiesOf(prop, handle);
+}
+
+// CUDA IPC: gpushare memory gets handles of the shim's; the rest the driver's.
+CUresult (*g_real_ipc_get)(abi::CUipcMemHandle*, CUdeviceptr) = nullptr;
+CUresult (*g_real_ipc_open)(CUdeviceptr*, abi::CUipcMemHandle, unsigned) = nullptr;
+CUresult (*g_real_ipc_close)(CUdeviceptr) = nullptr;
+CUresult HookIpcGet(abi::CUipcMemHandle* out, CUdeviceptr ptr) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  if (auto rc = DeviceMemory::Get().IpcGet(out, ptr)) return *rc;
+  return g_real_ipc_get(out, ptr);
+}
+CUresult HookIpcOpen(CUdeviceptr* ptr, abi::CUipcMemHandle handle, unsigned flags) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  if (auto rc = DeviceMemory::Get().IpcOpen(ptr, handle)) return *rc;
+  return g_real_ipc_open(ptr, handle, flags);
+}
+CUresult HookIpcClose(CUdeviceptr ptr) {
+  WorkGate::Scope scope(DeviceMemory::Get().gate());
+  if (auto rc = DeviceMemory::Get().IpcClose(ptr)) return *rc;
+  return g_real_ipc_close(ptr);
+}
+
 void* LibcudaSymbol(const char* name) {
   static void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
   return lib ? RealDlsym(lib, name) : nullptr;
@@ -229,6 +291,27 @@ void* HookFor(const char* name, void* real) {
     return reinterpret_cast<void*>(&HookMemAlloc);
   if (full == "cuMemFree_v2" || (full == "cuMemFree" && real == LibcudaSymbol("cuMemFree_v2")))
     return reinterpret_cast<void*>(&HookMemFree);
+  struct Behaviour {
+    const char* name;
+    void* hook;
+  };
+  static const Behaviour kVmm[] = {
+      {"cuMemCreate", reinterpret_cast<void*>(&HookMemCreate)},
+      {"cuMemRelease", reinterpret_cast<void*>(&HookMemRelease)},
+      {"cuMemMap", reinterpret_cast<void*>(&HookMemMap)},
+      {"cuMemUnmap", reinterpret_cast<void*>(&HookMemUnmap)},
+      {"cuMemSetAccess", reinterpret_cast<void*>(&HookMemSetAccess)},
+      {"cuMemExportToShareableHandle", reinterpret_cast<void*>(&HookMemExport)},
+      {"cuMemImportFromShareableHandle", reinterpret_cast<void*>(&HookMemImport)},
+      {"cuMemRetainAllocationHandle", reinterpret_cast<void*>(&HookMemRetain)},
+      {"cuMemGetAllocationPropertiesFromHandle", reinterpret_cast<void*>(&HookMemProperties)},
+  };
+  for (const Behaviour& b : kVmm) {
+    if (full == b.name) return b.hook;
+  }
+  if (base == "cuIpcGetMemHandle") return Special(g_real_ipc_get, real, reinterpret_cast<void*>(&HookIpcGet));
+  if (base == "cuIpcOpenMemHandle") return Special(g_real_ipc_open, real, reinterpret_cast<void*>(&HookIpcOpen));
+  if (base == "cuIpcCloseMemHandle") return Special(g_real_ipc_close, real, reinterpret_cast<void*>(&HookIpcClose));
   for (const GatedName& g : kGated) {
     if (base == g.name) return g.wrap(real);
   }

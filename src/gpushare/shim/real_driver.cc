@@ -54,6 +54,10 @@ const RealDriver& Real() {
     Resolve(lib, "cuStreamSynchronize", d->stream_synchronize, d->missing);
     Resolve(lib, "cuMemHostAlloc", d->host_alloc, d->missing);
     Resolve(lib, "cuMemFreeHost", d->free_host, d->missing);
+    Resolve(lib, "cuMemExportToShareableHandle", d->mem_export, d->missing);
+    Resolve(lib, "cuMemImportFromShareableHandle", d->mem_import, d->missing);
+    Resolve(lib, "cuMemRetainAllocationHandle", d->mem_retain, d->missing);
+    Resolve(lib, "cuMemGetAllocationPropertiesFromHandle", d->mem_properties, d->missing);
     if (lib == nullptr) d->missing = std::string("libcuda.so.1 (") + dlerror() + ")";
     return d;
   }();

@@ -34,6 +34,10 @@ struct RealDriver {
   abi::PFN_cuStreamSynchronize stream_synchronize = nullptr;
   abi::PFN_cuMemHostAlloc host_alloc = nullptr;
   abi::PFN_cuMemFreeHost free_host = nullptr;
+  abi::PFN_cuMemExportToShareableHandle mem_export = nullptr;
+  abi::PFN_cuMemImportFromShareableHandle mem_import = nullptr;
+  abi::PFN_cuMemRetainAllocationHandle mem_retain = nullptr;
+  abi::PFN_cuMemGetAllocationPropertiesFromHandle mem_properties = nullptr;
   std::string missing;  // the first entry point not found, empty when all were
 
   // "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (2)"

@@ -869,6 +869,26 @@ FAKE_EXPORT CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   });
 }
 
+// Legacy CUDA IPC: the fake's memory cannot be shared this way (a process's
+// "device memory" is its own heap), so every handle is refused. The gpushare
+// shim answers these itself for memory it manages.
+struct FakeIpcMemHandle {
+  char reserved[64];
+};
+FAKE_EXPORT CUresult cuIpcGetMemHandle(FakeIpcMemHandle* handle, CUdeviceptr ptr) {
+  return Call("cuIpcGetMemHandle", "ptr=" + Hex(ptr), [&](std::string&) {
+    return handle == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+  });
+}
+FAKE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* ptr, FakeIpcMemHandle, unsigned flags) {
+  return Call("cuIpcOpenMemHandle_v2", "flags=" + std::to_string(flags), [&](std::string&) {
+    return ptr == nullptr ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_SUPPORTED;
+  });
+}
+FAKE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr ptr) {
+  return Call("cuIpcCloseMemHandle", "ptr=" + Hex(ptr), [&](std::string&) { return CUDA_ERROR_INVALID_VALUE; });
+}
+
 FAKE_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
   return Call("cuMemGetAddressRange_v2", "ptr=" + Hex(dptr), [&](std::string& extra) {
     std::shared_lock lock(g_mem_mu);
@@ -1408,6 +1428,7 @@ const std::map<std::string, void*>& EntryPoints() {
       FAKE_ENTRY(cuEventDestroy_v2), FAKE_ENTRY(cuLaunchKernel), FAKE_ENTRY(cuLaunchKernelEx),
       FAKE_ENTRY(cuMemHostAlloc), FAKE_ENTRY(cuMemAllocHost_v2), FAKE_ENTRY(cuMemFreeHost),
       FAKE_ENTRY(cuMemHostRegister_v2), FAKE_ENTRY(cuMemHostUnregister), FAKE_ENTRY(cuMemHostGetDevicePointer_v2),
+      FAKE_ENTRY(cuIpcGetMemHandle), FAKE_ENTRY(cuIpcOpenMemHandle_v2), FAKE_ENTRY(cuIpcCloseMemHandle),
   };
   return table;
 }
@@ -1418,7 +1439,7 @@ const std::map<std::string, void*>& EntryPoints() {
 int V2Since(const std::string& name) {
   static const std::map<std::string, int> since = {
       {"cuDeviceGetUuid", 11040}, {"cuGetProcAddress", 12000}, {"cuDevicePrimaryCtxRelease", 11000},
-      {"cuMemHostRegister", 6050}};
+      {"cuMemHostRegister", 6050}, {"cuIpcOpenMemHandle", 11000}};
   auto it = since.find(name);
   return it == since.end() ? 0 : it->second;
 }
