@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +26,16 @@ nlohmann::json ApplyPatch(const nlohmann::json& pod, const nlohmann::json& patch
 
 // Empty when kubectl is available; else a message for GTEST_SKIP.
 std::string KubectlMissing();
+
+// Runs the test kubectl with `args`: its exit status, and its stdout and
+// stderr together.
+struct KubectlRun {
+  int status = -1;
+  std::string output;
+};
+KubectlRun RunKubectl(const std::vector<std::string>& args);
+// A private directory for a test's files, removed at exit.
+const std::string& ScratchDir();
 
 // MutatePod, the patch applied (ApplyPatch), and the result mutated again,
 // expecting an empty second patch. Adds gtest failures; `pod` back on error.

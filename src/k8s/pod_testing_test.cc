@@ -69,6 +69,16 @@ const std::string& Scratch() {
 
 }  // namespace
 
+KubectlRun RunKubectl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {Kubectl()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  KubectlRun run;
+  run.status = RunCapture(argv, run.output);
+  return run;
+}
+
+const std::string& ScratchDir() { return Scratch(); }
+
 json Fixture(const std::string& name) {
   std::string text = ReadAll(std::string(GPUSNAP_TEST_FIXTURES) + "/" + name);
   json j = json::parse(text, nullptr, false);
