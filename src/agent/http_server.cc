@@ -197,6 +197,7 @@ struct AgentServer::Impl {
   std::unique_ptr<httplib::Server> tcp_server;
   std::string token;
   int tcp_port = 0;
+  std::unique_ptr<PlaceholderWatcher> watcher;  // stopped before the service goes
 };
 
 AgentServer::AgentServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -269,6 +270,11 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
       impl->tcp_port = port;
     }
   }
+  if (o.kube.enabled) {
+    GPUSNAP_ASSIGN_OR_RETURN(impl->watcher, PlaceholderWatcher::Start(o.kube, *impl->service, o.service.log));
+  } else if (!o.kube.kubeconfig.empty()) {
+    return Status::Error(Code::kInvalidArgument, "--kubeconfig is for --kube");
+  }
   return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
 }
 
@@ -279,6 +285,7 @@ Status AgentServer::Serve() {
   bool unix_ok = impl_->unix_server.listen_after_bind();
   if (impl_->tcp_server) impl_->tcp_server->stop();
   if (tcp.joinable()) tcp.join();
+  if (impl_->watcher) impl_->watcher->Stop();
   if (!unix_ok) return Status::Error(Code::kIoError, "serving on `{}` failed", impl_->options.socket_path);
   if (!tcp_ok) return Status::Error(Code::kIoError, "serving on `{}` failed", impl_->options.listen);
   return Status::Ok();

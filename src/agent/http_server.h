@@ -7,6 +7,9 @@
 // Bodies larger than max_body_bytes get 413 and are not parsed. Every answer
 // is JSON ({"error": "..."} on refusal) but /metrics (Prometheus text).
 //
+// With kube.enabled, the agent also restores the placeholder pods of its node
+// (agent/placeholder_watcher.h) from Start() until Serve() returns.
+//
 // Thread-safety: Stop() may be called from any thread.
 #pragma once
 
@@ -14,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "agent/placeholder_watcher.h"
 #include "agent/service.h"
 #include "gpusnap/status.h"
 
@@ -27,6 +31,7 @@ struct AgentOptions {
   size_t max_body_bytes = 64 << 10;
   int io_timeout_s = 10;
   int threads = 8;
+  KubeOptions kube;                // the Kubernetes mode (agent/placeholder_watcher.h)
 };
 
 class AgentServer {
@@ -36,7 +41,7 @@ class AgentServer {
   ~AgentServer();
 
   int tcp_port() const;  // 0 without TCP
-  // Serves until Stop(); then waits for running jobs.
+  // Serves until Stop(); then stops the Kubernetes watch and waits for running jobs.
   Status Serve();
   void Stop();
 

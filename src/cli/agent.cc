@@ -1,3 +1,5 @@
+#include <cstdlib>
+
 #include "agent/http_server.h"
 #include "cli/cli.h"
 
@@ -19,8 +21,14 @@ void AddAgent(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   sub->add_option("--max-body-bytes", opts->max_body_bytes, "Larger requests get 413")->capture_default_str();
   sub->add_option("--threads", opts->threads, "HTTP worker threads per listener")->capture_default_str();
+  sub->add_flag("--kube", opts->kube.enabled,
+                "Restore the placeholder pods of this node from the Kubernetes API server (docs/KUBERNETES.md)");
+  sub->add_option("--node-name", opts->kube.node_name, "This node's name, for --kube (default: $NODE_NAME)");
+  sub->add_option("--kubeconfig", opts->kube.kubeconfig,
+                  "The API server from this kubeconfig, for --kube (default: the pod's service account)");
   sub->footer("Logs one line per job on stderr; stops on SIGINT or SIGTERM after running jobs finish.");
   sub->callback([&ctx, opts] {
+    if (const char* node = std::getenv("NODE_NAME"); opts->kube.node_name.empty() && node) opts->kube.node_name = node;
     Status st = agent::RunAgent(*opts);
     if (!st.ok()) ctx.Fail(st);
   });

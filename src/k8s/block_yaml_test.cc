@@ -103,7 +103,9 @@ TEST(BlockYaml, JsonIsJson) {
 
 TEST(BlockYaml, EmptyTextIsNull) { EXPECT_TRUE(Parse("# nothing\n\n").is_null()); }
 
-TEST(BlockYaml, TabIndentationIsRefused) { EXPECT_NE(Refusal("a:\n\tb: c\n").find("line 2: a tab"), std::string::npos); }
+TEST(BlockYaml, TabIndentationIsRefused) {
+  EXPECT_NE(Refusal("a:\n\tb: c\n").find("line 2: a tab"), std::string::npos);
+}
 
 TEST(BlockYaml, BlockScalarIsRefused) {
   EXPECT_NE(Refusal("a: |\n  text\n").find("block scalars"), std::string::npos);

@@ -37,8 +37,9 @@ Result<ApiServerConfig> LoadKubeconfig(const std::string& path, std::string_view
 // What a pod gets: $KUBERNETES_SERVICE_HOST and $KUBERNETES_SERVICE_PORT
 // (`host`, `port`; an IPv6 host is bracketed), the CA and the token in
 // `service_account_dir`. Pure.
+inline constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
 ApiServerConfig InClusterConfig(std::string_view host, std::string_view port,
-                                const std::string& service_account_dir = "/var/run/secrets/kubernetes.io/serviceaccount");
+                                const std::string& service_account_dir = kServiceAccountDir);
 
 // InClusterConfig from the environment, with the CA read. kFailedPrecondition
 // when the variables are not set (not in a pod), kNotFound for a missing file.

@@ -124,15 +124,18 @@ class RuncCase(base.AgentCase):
         with open(m.group(1), errors="replace") as f:
             return f.read()[-6000:]
 
-    def counter_args(self):
+    def counter_args(self, data=None):
         # The counter leads its own session: a tree whose session is led by
         # the container's init is dumped as a shell job, which a restore into
         # a fresh namespace does not take back yet (docs/AGENT.md, limits).
         # Its output goes to a file: the runc pipe its stdout would be has no
         # reader once restored, and its next line (every 20 counts) would end
         # it with SIGPIPE.
-        log = os.path.join(self.data, "counter.log")
-        return ["/bin/sh", "-c", f"setsid {os.path.abspath(WORKLOADS)}/counter {self.data} 0 >{log} 2>&1 & wait"]
+        # `data` (default: the test's data directory, bound into every
+        # container) holds its files.
+        data = data or self.data
+        log = os.path.join(data, "counter.log")
+        return ["/bin/sh", "-c", f"setsid {os.path.abspath(WORKLOADS)}/counter {data} 0 >{log} 2>&1 & wait"]
 
 
 class RuncContainers(RuncCase):

@@ -12,7 +12,9 @@ from harness import GPUSNAP
 from test_agent_runc import RuncCase
 
 
-class RestoreIntoContainer(RuncCase):
+class PlaceholderCase(RuncCase):
+    """Placeholder containers and the snapshots restored into them (no tests of its own)."""
+
     def start_placeholder(self):
         # The gpusnap binary is seen inside at its host path, as the CRIU bundle is.
         gpusnap = os.path.realpath(GPUSNAP)
@@ -21,10 +23,11 @@ class RestoreIntoContainer(RuncCase):
         self.assertEqual(status, "running")
         return cid, init
 
-    def checkpoint_counter(self, agent):
-        """A counter in a runc container, checkpointed (and so ended): its
+    def checkpoint_counter(self, agent, data=None):
+        """A counter in a runc container (keeping its files in `data`, by
+        default the test's data directory), checkpointed (and so ended): its
         snapshot id and the count it had reached."""
-        source = self.start_container(self.counter_args())
+        source = self.start_container(self.counter_args(data))
         pid = self.counter_in(source)
         before = self.count(pid)
         job = self.wait_job(agent, self.checkpoint_via(agent, {"container": source}))
@@ -52,6 +55,8 @@ class RestoreIntoContainer(RuncCase):
         self.assertEqual(self.cgroups(new_pid), self.cgroups(init))
         self.assertEqual(self.children(init), [new_pid])
 
+
+class RestoreIntoContainer(PlaceholderCase):
     def test_cli_restores_into_a_placeholder_and_refuses_a_busy_one(self):
         agent = self.start_agent()
         placeholder, init = self.start_placeholder()

@@ -1,0 +1,377 @@
+#include "agent/placeholder_watcher.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "agent/placeholder_pods.h"
+#include "gpusnap/workload.h"
+#include "k8s/kube_client.h"
+#include "k8s/mutate.h"
+#include "k8s/watch_event.h"
+
+namespace gpusnap::agent {
+
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kPollInterval = std::chrono::milliseconds(200);
+constexpr int kEventAttempts = 5;
+
+std::string Describe(const PlaceholderPod& pod) { return pod.namespace_name + "/" + pod.name; }
+
+}  // namespace
+
+struct PlaceholderWatcher::Impl {
+  KubeOptions options;
+  Service& service;
+  std::function<void(const std::string&)> log;
+  std::unique_ptr<k8s::KubeClient> client;
+  std::string selector;  // the query that selects this node's placeholders
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;  // GUARDED_BY(mu)
+  // Work for the worker thread, by when it is due. Tasks marked `keep` (a
+  // job followed, a result recorded) still run while stopping.
+  struct Task {
+    std::function<void()> run;
+    bool keep = false;
+  };
+  std::multimap<Clock::time_point, Task> tasks;  // GUARDED_BY(mu)
+  std::atomic<bool> watch_done{false};
+  std::thread watch_thread, worker_thread;
+
+  // The worker thread's own: what it remembers of each pod, by uid.
+  std::map<std::string, Memory> memory;
+
+  Impl(const KubeOptions& o, Service& s, std::function<void(const std::string&)> l)
+      : options(o), service(s), log(std::move(l)) {}
+
+  bool Stopping() {
+    std::lock_guard lock(mu);
+    return stopping;
+  }
+
+  void Schedule(std::chrono::duration<double> delay, bool keep, std::function<void()> run) {
+    {
+      std::lock_guard lock(mu);
+      if (stopping && !keep) return;
+      tasks.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(delay), Task{std::move(run), keep});
+    }
+    cv.notify_all();
+  }
+
+  double Backoff(int attempt) const {
+    return std::min(options.retry_max_s, options.retry_initial_s * std::pow(2.0, std::min(attempt, 20)));
+  }
+
+  // Sleeps `seconds` unless stopped first; false when stopped.
+  bool Pause(double seconds) {
+    std::unique_lock lock(mu);
+    return !cv.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return stopping; });
+  }
+
+  // ------------------------------------------------------------ watch thread
+  void WatchLoop() {
+    std::string rv;  // where the watch resumes; empty: list first
+    int failures = 0;
+    while (!Stopping()) {
+      if (rv.empty()) {
+        auto list = client->Get("/api/v1/pods?" + selector);
+        if (!list.ok() || !(*list)["metadata"].is_object() || !(*list)["items"].is_array()) {
+          Status st = list.ok() ? Status::Error(Code::kExternal, "the pod list has no metadata or items")
+                                : list.status();
+          log(fmt::format("kube: listing placeholder pods: {}; again in {:.1f} s", st.ToString(), Backoff(failures)));
+          if (!Pause(Backoff(failures++))) break;
+          continue;
+        }
+        rv = (*list)["metadata"].value("resourceVersion", "");
+        auto& items = (*list)["items"];
+        log(fmt::format("kube: {} placeholder pod(s) on node {} (resourceVersion {})", items.size(),
+                        options.node_name, rv));
+        for (json& pod : items) Schedule(std::chrono::seconds(0), false, [this, pod] { Handle(pod); });
+        failures = 0;
+        if (rv.empty()) {
+          log("kube: the pod list has no resourceVersion; listing again");
+          if (!Pause(Backoff(failures++))) break;
+          continue;
+        }
+      }
+      bool expired = false;
+      std::string stream_error;
+      std::string path = fmt::format("/api/v1/pods?{}&watch=true&allowWatchBookmarks=true&resourceVersion={}"
+                                     "&timeoutSeconds={}",
+                                     selector, k8s::QueryEscape(rv), options.watch_timeout_s);
+      auto end = client->Watch(path, options.watch_timeout_s + 30, [&](std::string_view line) {
+        auto event = k8s::ParseWatchEvent(line);
+        if (!event.ok()) {
+          stream_error = event.status().ToString();
+          return false;
+        }
+        if (k8s::IsExpired(*event)) {
+          expired = true;
+          return false;
+        }
+        if (event->type == k8s::WatchEventType::kError) {
+          stream_error = "the watch reported " + k8s::StatusMessage(event->object.dump());
+          return false;
+        }
+        rv = event->resource_version;
+        if (event->type == k8s::WatchEventType::kAdded || event->type == k8s::WatchEventType::kModified) {
+          Schedule(std::chrono::seconds(0), false, [this, pod = std::move(event->object)] { Handle(pod); });
+        } else if (event->type == k8s::WatchEventType::kDeleted) {
+          std::string uid = event->object["metadata"].value("uid", "");
+          Schedule(std::chrono::seconds(0), false, [this, uid] { memory.erase(uid); });
+        }
+        return true;
+      });
+      if (Stopping()) break;
+      if (expired || (end.ok() && *end == k8s::KubeClient::WatchEnd::kExpired)) {
+        log(fmt::format("kube: resourceVersion {} is too old for the API server: listing again", rv));
+        rv.clear();
+        continue;
+      }
+      if (end.ok() && *end == k8s::KubeClient::WatchEnd::kClosed) {
+        failures = 0;
+        continue;
+      }
+      std::string why = end.ok() ? stream_error : end.status().ToString();
+      log(fmt::format("kube: watching placeholder pods: {}; again in {:.1f} s", why, Backoff(failures)));
+      if (!Pause(Backoff(failures++))) break;
+    }
+    watch_done = true;
+  }
+
+  // ----------------------------------------------------------- worker thread
+  void WorkLoop() {
+    std::unique_lock lock(mu);
+    while (true) {
+      if (stopping) std::erase_if(tasks, [](const auto& t) { return !t.second.keep; });
+      if (stopping && tasks.empty()) return;
+      if (tasks.empty()) {
+        cv.wait(lock);
+        continue;
+      }
+      auto first = tasks.begin();
+      if (first->first > Clock::now()) {
+        cv.wait_until(lock, first->first);
+        continue;
+      }
+      Task task = std::move(first->second);
+      tasks.erase(first);
+      lock.unlock();
+      task.run();
+      lock.lock();
+    }
+  }
+
+  void Handle(const json& pod) {
+    auto meta = pod.find("metadata");
+    std::string uid = meta != pod.end() && meta->is_object() ? meta->value("uid", "") : "";
+    auto known = memory.find(uid);
+    PodDecision d = DecidePod(pod, options.node_name, known == memory.end() ? Memory::kNone : known->second);
+    const PlaceholderPod& p = d.pod;
+    switch (d.step) {
+      case PodStep::kIgnore:
+      case PodStep::kWait:
+      case PodStep::kDone:
+        return;
+      case PodStep::kFail:
+        log(fmt::format("kube: pod {}: cannot restore: {}", Describe(p), d.reason));
+        Claim(p, RestoreRecord{std::string(kStatusFailed), "", d.reason}, [this, p, reason = d.reason] {
+          Recorded(p, false, reason);
+        });
+        return;
+      case PodStep::kRecover:
+        Recover(p);
+        return;
+      case PodStep::kRestore:
+        Claim(p, RestoreRecord{std::string(kStatusRestoring), "", ""}, [this, p] { StartRestore(p); });
+        return;
+    }
+  }
+
+  // Writes `record` on the pod if it is still the version decided on; then
+  // `then`. A pod that changed meanwhile is read again and decided anew.
+  void Claim(const PlaceholderPod& p, const RestoreRecord& record, const std::function<void()>& then) {
+    memory[p.uid] = Memory::kInHand;
+    auto patched = client->MergePatch(PodPath(p), RecordPatch(record, p.resource_version));
+    if (patched.ok()) return then();
+    memory.erase(p.uid);
+    if (patched.status().code() == Code::kNotFound) return;
+    bool conflict = patched.status().code() == Code::kAlreadyExists;
+    if (!conflict) log(fmt::format("kube: pod {}: {}; trying again", Describe(p), patched.status().ToString()));
+    Reread(p, conflict ? 0 : 1);
+  }
+
+  // Reads the pod again and decides anew, after a pause for attempts > 0.
+  void Reread(const PlaceholderPod& p, int attempt) {
+    Schedule(std::chrono::duration<double>(attempt == 0 ? 0 : Backoff(attempt - 1)), false, [this, p, attempt] {
+      auto pod = client->Get(PodPath(p));
+      if (pod.ok()) return Handle(*pod);
+      if (pod.status().code() == Code::kNotFound) return;
+      log(fmt::format("kube: pod {}: {}", Describe(p), pod.status().ToString()));
+      Reread(p, attempt + 1);
+    });
+  }
+
+  void StartRestore(const PlaceholderPod& p) {
+    RestoreRequest request;
+    request.snapshot = p.snapshot;
+    request.target_container = p.container_id;
+    request.name = WorkloadNameForPod(p.name, p.uid);
+    auto started = service.StartRestore(request);
+    if (auto* refused = std::get_if<Refused>(&started)) {
+      log(fmt::format("kube: pod {}: restore of `{}` refused: {}", Describe(p), p.snapshot, refused->error.message));
+      return Record(p, RestoreRecord{std::string(kStatusFailed), "", refused->error.message}, false,
+                    refused->error.message, 0);
+    }
+    std::string job = std::get<Accepted>(started).job_id;
+    log(fmt::format("kube: pod {}: restoring snapshot `{}` into container {} ({}): job {}", Describe(p), p.snapshot,
+                    p.container, p.container_id.substr(0, 12), job));
+    // Best effort: the final record names the job too.
+    auto named = client->MergePatch(PodPath(p), RecordPatch({std::string(kStatusRestoring), job, ""}));
+    if (!named.ok()) log(fmt::format("kube: pod {}: naming job {}: {}", Describe(p), job, named.status().ToString()));
+    Follow(p, job);
+  }
+
+  // Waits for the job to end, then records its result.
+  void Follow(const PlaceholderPod& p, const std::string& job_id) {
+    Schedule(kPollInterval, true, [this, p, job_id] {
+      auto job = service.GetJob(job_id);
+      if (job.ok() && job->state == JobState::kRunning) return Follow(p, job_id);
+      if (!job.ok()) {
+        std::string why = fmt::format("job {} is gone from the agent", job_id);
+        return Record(p, RestoreRecord{std::string(kStatusFailed), job_id, why}, false, why, 0);
+      }
+      RecordJob(p, *job);
+    });
+  }
+
+  void RecordJob(const PlaceholderPod& p, const Job& job) {
+    bool ok = job.state == JobState::kSucceeded;
+    std::string message =
+        ok ? fmt::format("restored snapshot `{}` into container {} (pid {} on the node) in {:.2f} s: job {}",
+                         job.snapshot, p.container, job.restored_pid,
+                         job.timings_s.count("total") ? job.timings_s.at("total") : 0.0, job.id)
+           : fmt::format("restore of snapshot `{}` failed: {} (job {})", job.snapshot, job.error, job.id);
+    Record(p, RestoreRecord{std::string(ok ? kStatusRestored : kStatusFailed), job.id, ok ? "" : job.error}, ok,
+           message, 0);
+  }
+
+  // A previous agent claimed the pod: record what became of its job.
+  void Recover(const PlaceholderPod& p) {
+    memory[p.uid] = Memory::kInHand;
+    std::vector<Job> jobs = service.ListJobs();
+    const Job* job = FindRestoreJob(jobs, p);
+    if (job && job->state == JobState::kRunning) return Follow(p, job->id);
+    if (job) {
+      log(fmt::format("kube: pod {}: recording job {} of an earlier agent", Describe(p), job->id));
+      return RecordJob(p, *job);
+    }
+    std::string why = fmt::format("the agent stopped before its restore job started; remove the annotation {} to "
+                                  "try again",
+                                  kAnnotationRestoreStatus);
+    Record(p, RestoreRecord{std::string(kStatusFailed), p.restore_job, why}, false, why, 0);
+  }
+
+  // Writes the result on the pod until the API server takes it; then the Event.
+  void Record(const PlaceholderPod& p, const RestoreRecord& record, bool restored, const std::string& message,
+              int attempt) {
+    memory[p.uid] = Memory::kInHand;
+    auto patched = client->MergePatch(PodPath(p), RecordPatch(record));
+    if (!patched.ok() && patched.status().code() != Code::kNotFound) {
+      if (Stopping()) {
+        log(fmt::format("kube: pod {}: result not recorded ({}): the next agent will", Describe(p),
+                        patched.status().ToString()));
+        return;
+      }
+      log(fmt::format("kube: pod {}: recording `{}`: {}; again in {:.1f} s", Describe(p), record.status,
+                      patched.status().ToString(), Backoff(attempt)));
+      Schedule(std::chrono::duration<double>(Backoff(attempt)), true,
+               [this, p, record, restored, message, attempt] { Record(p, record, restored, message, attempt + 1); });
+      return;
+    }
+    memory[p.uid] = Memory::kRecorded;
+    if (!patched.ok()) {
+      log(fmt::format("kube: pod {} is gone; its restore {}: {}", Describe(p), record.status, message));
+      return;
+    }
+    Recorded(p, restored, message);
+  }
+
+  void Recorded(const PlaceholderPod& p, bool restored, const std::string& message) {
+    memory[p.uid] = Memory::kRecorded;
+    log(fmt::format("kube: pod {}: {}: {}", Describe(p), restored ? kStatusRestored : kStatusFailed, message));
+    PostEvent(p, restored, message, 0);
+  }
+
+  void PostEvent(const PlaceholderPod& p, bool restored, const std::string& message, int attempt) {
+    auto now = std::chrono::system_clock::now().time_since_epoch();
+    json event = RestoreEvent(p, restored, message, options.node_name, NowRfc3339(),
+                              fmt::format("{:x}", std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+    auto posted = client->Post(EventsPath(p), event);
+    if (posted.ok()) return;
+    if (attempt + 1 >= kEventAttempts || Stopping()) {
+      log(fmt::format("kube: pod {}: event not posted: {}", Describe(p), posted.status().ToString()));
+      return;
+    }
+    Schedule(std::chrono::duration<double>(Backoff(attempt)), true,
+             [this, p, restored, message, attempt] { PostEvent(p, restored, message, attempt + 1); });
+  }
+};
+
+PlaceholderWatcher::PlaceholderWatcher(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+PlaceholderWatcher::~PlaceholderWatcher() { Stop(); }
+
+Result<std::unique_ptr<PlaceholderWatcher>> PlaceholderWatcher::Start(const KubeOptions& options, Service& service,
+                                                                      std::function<void(const std::string&)> log) {
+  if (options.node_name.empty())
+    return Status::Error(Code::kInvalidArgument, "--kube needs this node's name: --node-name or $NODE_NAME");
+  if (options.watch_timeout_s < 1 || options.retry_initial_s <= 0 || options.retry_max_s < options.retry_initial_s)
+    return Status::Error(Code::kInvalidArgument, "kube: bad watch timeout or retry pauses");
+  auto config = options.kubeconfig.empty() ? k8s::LoadInClusterConfig() : k8s::LoadKubeconfig(options.kubeconfig);
+  if (!config.ok()) return config.status().Wrap("kube");
+  auto client = k8s::KubeClient::Create(std::move(*config));
+  if (!client.ok()) return client.status().Wrap("kube");
+
+  auto impl = std::make_unique<Impl>(options, service, std::move(log));
+  impl->client = std::move(*client);
+  impl->selector = fmt::format("labelSelector={}&fieldSelector={}",
+                               k8s::QueryEscape(fmt::format("{}=true", k8s::kLabelPlaceholder)),
+                               k8s::QueryEscape("spec.nodeName=" + options.node_name));
+  impl->log(fmt::format("kube: restoring into the placeholder pods of node {} (API server {})", options.node_name,
+                        impl->client->server()));
+  Impl* raw = impl.get();
+  impl->worker_thread = std::thread([raw] { raw->WorkLoop(); });
+  impl->watch_thread = std::thread([raw] { raw->WatchLoop(); });
+  return std::unique_ptr<PlaceholderWatcher>(new PlaceholderWatcher(std::move(impl)));
+}
+
+void PlaceholderWatcher::Stop() {
+  if (!impl_) return;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  // A watch that had not connected when Stop() came is stopped once it has.
+  while (!impl_->watch_done) {
+    impl_->client->Stop();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (impl_->watch_thread.joinable()) impl_->watch_thread.join();
+  if (impl_->worker_thread.joinable()) impl_->worker_thread.join();
+  impl_.reset();
+}
+
+}  // namespace gpusnap::agent
