@@ -95,20 +95,29 @@ class Manifests(unittest.TestCase):
         self.assertIs(agent["securityContext"]["privileged"], True)
         self.assertNotIn("nvidia.com/gpu", json.dumps(agent.get("resources", {})))
         host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-        self.assertEqual(sorted(host.values()), ["/run/gpusnap", "/sys/fs/cgroup", "/var/lib/gpusnap"])
-        mounts = {m["name"]: m for m in agent["volumeMounts"]}
-        cgroup = next(n for n, p in host.items() if p == "/sys/fs/cgroup")
-        self.assertIs(mounts[cgroup].get("readOnly"), True)
+        self.assertEqual(sorted(host.values()),
+                         ["/run/gpusnap", "/sys/fs/cgroup", "/var/lib/gpusnap", "/var/log/containers"])
+        mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
+        for read_only in ("/sys/fs/cgroup", "/var/log/containers", "/gpusnap"):
+            self.assertIs(mounts[read_only].get("readOnly"), True, read_only)
+        # The Kubernetes mode, on this node, with CRIU where placeholder pods see the bundle.
+        self.assertIn("--kube", agent["args"])
+        node = next(e for e in agent["env"] if e["name"] == "NODE_NAME")
+        self.assertEqual(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName")
+        self.assertEqual(mounts["/gpusnap"]["subPath"], "bundle")
+        self.assertIn("--criu=/gpusnap/criu-bundle", agent["args"])
+        self.assertIn("--socket=/run/gpusnap/agent.sock", agent["args"])
 
     def test_rbac_least_privilege(self):
         agent_role = find(self.objs, "ClusterRole", "gpusnap-agent")
-        allowed = {("", "pods"): {"get", "list", "watch", "patch"}, ("", "nodes"): {"get"},
-                   ("", "events"): {"create", "patch"}, ("events.k8s.io", "events"): {"create", "patch"}}
+        # Exactly what the agent's --kube mode uses: watch and annotate pods, create Events.
+        granted = {}
         for rule in agent_role["rules"]:
+            self.assertEqual(set(rule), {"apiGroups", "resources", "verbs"}, rule)  # no resourceNames, no URLs
             for group in rule["apiGroups"]:
                 for res in rule["resources"]:
-                    self.assertIn((group, res), allowed, rule)
-                    self.assertTrue(set(rule["verbs"]) <= allowed[(group, res)], rule)
+                    granted.setdefault((group, res), set()).update(rule["verbs"])
+        self.assertEqual(granted, {("", "pods"): {"get", "list", "watch", "patch"}, ("", "events"): {"create"}})
         for kind in ("Role", "RoleBinding"):
             self.assertEqual([o for o in self.objs if o["kind"] == kind], [])
         (binding,) = [o for o in self.objs if o["kind"] == "ClusterRoleBinding"]
