@@ -52,9 +52,14 @@ Json JobJson(const Job& job) {
   return j;
 }
 
-void AddRoutes(httplib::Server& s, Service& service) {
-  s.Get("/healthz", [&service](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, {{"ok", true}, {"runningJobs", service.RunningJobs()}});
+// `unix_socket`: the root-only socket, whose /healthz also names the store
+// (the CLI compares it with the one it was given); TCP's answers without a
+// token, so it says no more than that the agent runs.
+void AddRoutes(httplib::Server& s, Service& service, bool unix_socket) {
+  s.Get("/healthz", [&service, unix_socket](const httplib::Request&, httplib::Response& res) {
+    Json health = {{"ok", true}, {"runningJobs", service.RunningJobs()}};
+    if (unix_socket) health["store"] = service.store_root();
+    Reply(res, 200, health);
   });
   s.Get("/metrics", [&service](const httplib::Request&, httplib::Response& res) {
     res.set_content(service.metrics().Format(), "text/plain; version=0.0.4");
@@ -238,7 +243,7 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
   }
   GPUSNAP_RETURN_IF_ERROR(ClaimSocketPath(o.socket_path));
   Configure(impl->unix_server, o, "unix");
-  AddRoutes(impl->unix_server, *impl->service);
+  AddRoutes(impl->unix_server, *impl->service, true);
   impl->unix_server.set_address_family(AF_UNIX);
   mode_t old_mask = ::umask(0177);
   bool bound = impl->unix_server.bind_to_port(o.socket_path, 80);
@@ -259,7 +264,7 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
       Reply(res, 401, {{"error", "missing or wrong bearer token"}});
       return httplib::Server::HandlerResponse::Handled;
     });
-    AddRoutes(t, *impl->service);
+    AddRoutes(t, *impl->service, false);
     auto& [host, port] = host_port;
     if (port == 0) {
       impl->tcp_port = t.bind_to_any_port(host);

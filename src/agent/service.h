@@ -90,6 +90,7 @@ class Service {
   const Metrics& metrics() const { return metrics_; }
   std::vector<std::string> recovery_notes() const { return recovery_notes_; }
   size_t RunningJobs() const;
+  const std::string& store_root() const { return store_.root(); }  // absolute
 
  private:
   explicit Service(ServiceOptions options, Store store, UniqueFd lock);

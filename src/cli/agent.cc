@@ -1,6 +1,7 @@
 #include <cstdlib>
 
 #include "agent/http_server.h"
+#include "agent/route.h"
 #include "cli/cli.h"
 
 namespace gpusnap::cli {
@@ -8,7 +9,9 @@ namespace gpusnap::cli {
 void AddAgent(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand("agent", "Serve the node agent's HTTP API (docs/AGENT.md)");
   auto opts = std::make_shared<agent::AgentOptions>();
-  sub->add_option("--socket", opts->socket_path, "Unix socket (mode 0600; root only)")->capture_default_str();
+  if (const char* socket = std::getenv(agent::kAgentSocketEnv); socket && *socket) opts->socket_path = socket;
+  sub->add_option("--socket", opts->socket_path, "Unix socket (mode 0600; root only; default $GPUSNAP_AGENT_SOCKET)")
+      ->capture_default_str();
   sub->add_option("--listen", opts->listen, "Also serve TCP on HOST:PORT or :PORT (needs --token-file)");
   sub->add_option("--token-file", opts->token_file, "Bearer token for TCP callers (a file of mode 0600)");
   sub->add_option("--store", opts->service.store, "Snapshot store (default: $GPUSNAP_STORE or /var/lib/gpusnap)");

@@ -1,13 +1,16 @@
-// `gpusnap checkpoint|restore --agent SOCKET`: the same commands, run as jobs
-// by the node agent (docs/AGENT.md) instead of in this process. The client
-// resolves a workload name through this machine's run directory, starts the
-// job, prints its phases as they end, and prints what the in-process command
-// prints.
+// Through the node agent or in-process: the look at the agent's socket, the
+// route (agent/route.h), and the commands as jobs of the agent (docs/AGENT.md,
+// "From the CLI"). What goes through the agent prints what the in-process
+// command prints: a workload name is resolved through this machine's run
+// directory, the job's phases show as the library's progress events, and the
+// results are read back from the agent in the in-process commands' shapes.
 #include <cstdio>
+#include <cstdlib>
 
 #include "agent/client.h"
 #include "agent/request.h"
 #include "cli/cli.h"
+#include "cli/progress.h"
 
 namespace gpusnap::cli {
 
@@ -15,19 +18,71 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::function<void(const std::string&, double)> PhaseLines(const Context& ctx, const std::string& operation) {
-  ProgressFn progress = ctx.Progress(operation);
-  if (!progress) return nullptr;
-  return [progress](const std::string& phase, double seconds) { progress({phase, seconds, 0, true}); };
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// Polls the job to its end, feeding `progress`.
+Result<Json> FollowWithProgress(const std::string& socket, const Json& started, ProgressDisplay& progress) {
+  agent::JobProgress phases;
+  return agent::FollowJob(socket, started.value("job", ""), [&](const Json& job) {
+    progress.SetBytesTotal(job.value("bytesTotal", uint64_t{0}));
+    for (const auto& e : phases.Update(job)) progress.Event(e);
+  });
+}
+
+std::map<std::string, double> Timings(const Json& job) {
+  std::map<std::string, double> out;
+  if (job.contains("timings") && job["timings"].is_object())
+    for (const auto& [phase, seconds] : job["timings"].items())
+      if (seconds.is_number()) out[phase] = seconds.get<double>();
+  return out;
+}
+
+Result<Json> GpuMapJson(const std::string& gpu_map) {
+  Json map = Json::object();
+  size_t start = 0;
+  while (start < gpu_map.size()) {
+    size_t comma = gpu_map.find(',', start);
+    std::string pair = gpu_map.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    auto eq = pair.find('=');
+    if (eq == std::string::npos) return Status::Error(Code::kInvalidArgument, "--gpu-map: `{}` is not OLD=NEW", pair);
+    map[pair.substr(0, eq)] = pair.substr(eq + 1);
+    start = comma == std::string::npos ? gpu_map.size() : comma + 1;
+  }
+  return map;
 }
 
 }  // namespace
 
-Status CheckpointThroughAgent(Context& ctx, const std::string& socket, const CheckpointOptions& o) {
-  if (o.tcp_established || !o.store.empty() || !o.criu_bundle.empty() || !o.criu_config.empty() || o.verbose)
-    return Status::Error(Code::kInvalidArgument,
-                         "--tcp-established, --store, --criu, --criu-config and --verbose do not apply with --agent: "
-                         "the agent uses its own settings");
+void AddAgentFlags(CLI::App& sub, AgentFlags& flags) {
+  auto* agent = sub.add_option("--agent", flags.socket,
+                               "Run it through the node agent on this unix socket (default: the agent on "
+                               "$GPUSNAP_AGENT_SOCKET or /run/gpusnap-agent/agent.sock, when one answers)");
+  sub.add_flag("--no-agent", flags.no_agent, "Run it in this process even when a node agent answers")
+      ->excludes(agent);
+}
+
+Result<agent::Route> RouteCommand(const Context& ctx, const CLI::App& sub, const AgentFlags& flags,
+                                  const std::string& store_flag, const std::vector<std::string>& in_process_only) {
+  agent::RouteInputs in;
+  in.agent_flag = flags.socket;
+  in.no_agent = flags.no_agent;
+  in.socket = flags.socket.empty() ? agent::AgentSocketFrom(Env(agent::kAgentSocketEnv)) : flags.socket;
+  in.store_flag = agent::CanonicalPath(store_flag);
+  in.store_env = agent::CanonicalPath(Env("GPUSNAP_STORE"));
+  for (const auto& flag : in_process_only)
+    if (sub.count(flag) > 0) in.in_process_only.push_back(flag);
+  agent::AgentProbe probe;
+  if (!flags.no_agent) probe = agent::ProbeAgent(in.socket);
+  GPUSNAP_ASSIGN_OR_RETURN(auto route, agent::ChooseRoute(in, probe));
+  ctx.Note(route.note);
+  return route;
+}
+
+Result<Checkpointed> CheckpointThroughAgent(const std::string& socket, const CheckpointOptions& o,
+                                            ProgressDisplay& progress) {
   Json body = {{"leaveRunning", o.leave_running}};
   if (!o.id.empty()) body["snapshotId"] = o.id;
   pid_t pid = 0;
@@ -41,46 +96,66 @@ Status CheckpointThroughAgent(Context& ctx, const std::string& socket, const Che
   } else {
     return Status::Error(Code::kNotFound, "`{}` is no workload, pid or container id", o.target);
   }
-  GPUSNAP_ASSIGN_OR_RETURN(Json started, agent::CallAgent(socket, "/v1/checkpoints", &body));
-  GPUSNAP_ASSIGN_OR_RETURN(Json job,
-                           agent::FollowJob(socket, started.value("job", ""), PhaseLines(ctx, "checkpoint")));
-  if (ctx.json) {
-    ctx.PrintJson(job);
-    return Status::Ok();
-  }
-  std::printf("%s\n", job.value("snapshot", "").c_str());
-  return Status::Ok();
+  GPUSNAP_ASSIGN_OR_RETURN(Json started, agent::CallAgent(socket, "POST", "/v1/checkpoints", &body));
+  GPUSNAP_ASSIGN_OR_RETURN(Json job, FollowWithProgress(socket, started, progress));
+  Checkpointed out;
+  out.job = job.value("id", "");
+  GPUSNAP_ASSIGN_OR_RETURN(out.meta, LoadThroughAgent(socket, job.value("snapshot", "")));
+  out.meta.timings_s = Timings(job);
+  return out;
 }
 
-Status RestoreThroughAgent(Context& ctx, const std::string& socket, const RestoreOptions& o) {
-  if (!o.store.empty() || !o.criu_bundle.empty() || !o.criu_config.empty() || o.verbose || !o.gpus.empty())
-    return Status::Error(Code::kInvalidArgument,
-                         "--store, --criu, --criu-config, --verbose and --gpus do not apply with --agent: the agent "
-                         "uses its own settings (--gpu-map does)");
+Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOptions& o,
+                                     ProgressDisplay& progress) {
   Json body = {{"snapshot", o.id}};
   if (!o.name.empty()) body["name"] = o.name;
   if (!o.into_container.empty()) body["target"] = {{"container", o.into_container}};
   if (!o.gpu_map.empty()) {
-    Json map = Json::object();
-    size_t start = 0;
-    while (start < o.gpu_map.size()) {
-      size_t comma = o.gpu_map.find(',', start);
-      std::string pair = o.gpu_map.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      auto eq = pair.find('=');
-      if (eq == std::string::npos) return Status::Error(Code::kInvalidArgument, "--gpu-map: `{}` is not OLD=NEW", pair);
-      map[pair.substr(0, eq)] = pair.substr(eq + 1);
-      start = comma == std::string::npos ? o.gpu_map.size() : comma + 1;
+    GPUSNAP_ASSIGN_OR_RETURN(body["gpuMap"], GpuMapJson(o.gpu_map));
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(Json started, agent::CallAgent(socket, "POST", "/v1/restores", &body));
+  GPUSNAP_ASSIGN_OR_RETURN(Json job, FollowWithProgress(socket, started, progress));
+  Restored out;
+  out.job = job.value("id", "");
+  Workload& w = out.result.workload;
+  w.name = job.value("restoredName", "");
+  w.pid = job.value("restoredPid", 0);
+  // The agent's record, where it shares this machine's run directory.
+  if (auto recorded = FindWorkload(w.name); recorded.ok() && recorded->pid == w.pid) {
+    w = *recorded;
+  } else {
+    w.running = true;
+    w.restored_from = job.value("snapshot", "");
+  }
+  out.result.timings_s = Timings(job);
+  return out;
+}
+
+Result<std::vector<SnapshotMeta>> ListThroughAgent(const std::string& socket) {
+  GPUSNAP_ASSIGN_OR_RETURN(Json list, agent::CallAgent(socket, "GET", "/v1/snapshots"));
+  std::vector<SnapshotMeta> out;
+  for (const auto& s : list) {
+    SnapshotMeta m;
+    m.id = s.value("id", "");
+    m.created = s.value("created", "");
+    m.total_bytes = s.value("totalBytes", uint64_t{0});
+    if (s.contains("source") && s["source"].is_object()) {
+      m.source.kind = s["source"].value("kind", "");
+      m.source.name = s["source"].value("name", "");
+      m.source.host_pid = s["source"].value("hostPid", 0);
     }
-    body["gpuMap"] = map;
+    out.push_back(std::move(m));
   }
-  GPUSNAP_ASSIGN_OR_RETURN(Json started, agent::CallAgent(socket, "/v1/restores", &body));
-  GPUSNAP_ASSIGN_OR_RETURN(Json job, agent::FollowJob(socket, started.value("job", ""), PhaseLines(ctx, "restore")));
-  if (ctx.json) {
-    ctx.PrintJson(job);
-    return Status::Ok();
-  }
-  std::printf("%d\n", job.value("restoredPid", 0));
-  return Status::Ok();
+  return out;
+}
+
+Result<SnapshotMeta> LoadThroughAgent(const std::string& socket, const std::string& id) {
+  GPUSNAP_ASSIGN_OR_RETURN(Json meta, agent::CallAgent(socket, "GET", "/v1/snapshots/" + id));
+  return SnapshotMetaFromJson(meta.dump());
+}
+
+Status RemoveThroughAgent(const std::string& socket, const std::string& id) {
+  return agent::CallAgent(socket, "DELETE", "/v1/snapshots/" + id).status();
 }
 
 }  // namespace gpusnap::cli

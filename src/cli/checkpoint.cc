@@ -1,10 +1,13 @@
 #include <cstdio>
 
 #include "cli/cli.h"
+#include "cli/progress.h"
 
 namespace gpusnap::cli {
 
-static nlohmann::json MetaSummary(const SnapshotMeta& m) {
+namespace {
+
+nlohmann::json MetaSummary(const SnapshotMeta& m) {
   return {{"id", m.id},
           {"created", m.created},
           {"source", {{"kind", m.source.kind}, {"name", m.source.name}, {"pid", m.source.host_pid}}},
@@ -12,36 +15,83 @@ static nlohmann::json MetaSummary(const SnapshotMeta& m) {
           {"timings_s", m.timings_s}};
 }
 
+double Total(const std::map<std::string, double>& timings) {
+  auto it = timings.find("total");
+  return it == timings.end() ? 0 : it->second;
+}
+
+const char* kAgentFooter =
+    "Runs as a job of the node agent when one answers on its socket, else in this process (docs/AGENT.md).";
+
+void PrintCheckpoint(const Context& ctx, const Checkpointed& done) {
+  const SnapshotMeta& meta = done.meta;
+  if (ctx.json) {
+    nlohmann::json j = MetaSummary(meta);
+    if (!done.job.empty()) j["job"] = done.job;
+    return ctx.PrintJson(j);
+  }
+  if (!ctx.quiet)
+    std::fprintf(stderr, "[checkpoint] %s: %s in %.2f s\n", meta.id.c_str(), HumanBytes(meta.total_bytes).c_str(),
+                 Total(meta.timings_s));
+  std::printf("%s\n", meta.id.c_str());
+}
+
+void PrintRestore(const Context& ctx, const std::string& id, const Restored& done) {
+  const RestoreResult& r = done.result;
+  if (ctx.json) {
+    auto j = ToJson(r.workload);
+    j["timings_s"] = r.timings_s;
+    j["criu_log"] = r.log;
+    if (!done.job.empty()) j["job"] = done.job;
+    return ctx.PrintJson(j);
+  }
+  if (!ctx.quiet)
+    std::fprintf(stderr, "[restore] %s restored as `%s` in %.2f s\n", id.c_str(), r.workload.name.c_str(),
+                 Total(r.timings_s));
+  std::printf("%d\n", r.workload.pid);
+}
+
+}  // namespace
+
 void AddCheckpoint(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand("checkpoint", "Checkpoint a workload (by name) or a process tree (by pid)");
   auto opts = std::make_shared<CheckpointOptions>();
-  sub->add_option("target", opts->target, "Workload name or pid")->required();
+  sub->add_option("target", opts->target, "Workload name or pid (through the agent, also a container id)")
+      ->required();
   sub->add_flag("--leave-running", opts->leave_running, "Keep the source running after the checkpoint");
-  sub->add_flag("--tcp-established", opts->tcp_established, "Include established TCP connections");
+  sub->add_flag("--tcp-established", opts->tcp_established, "Include established TCP connections (in-process)");
   sub->add_option("--store", opts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   sub->add_option("--id", opts->id, "Snapshot id (default: generated from the name)");
-  sub->add_option("--gpu-lock-timeout-ms", opts->gpu_lock_timeout_ms, "How long each GPU process may take to drain")
+  sub->add_option("--gpu-lock-timeout-ms", opts->gpu_lock_timeout_ms,
+                  "How long each GPU process may take to drain (in-process)")
       ->capture_default_str();
-  sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap)");
-  sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take")->capture_default_str();
-  sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log");
-  sub->add_option("--criu-config", opts->criu_config, "Extra CRIU configuration file (CRIU's own option syntax)");
-  auto agent = std::make_shared<std::string>();
-  sub->add_option("--agent", *agent, "Run it as a job of the node agent listening on this unix socket");
-  sub->footer("Prints the snapshot id on its last line (--json: an object).");
-  sub->callback([&ctx, opts, agent] {
-    if (!agent->empty()) {
-      if (Status st = CheckpointThroughAgent(ctx, *agent, *opts); !st.ok()) ctx.Fail(st);
-      return;
+  sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap; in-process)");
+  sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take (in-process)")->capture_default_str();
+  sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log (in-process)");
+  sub->add_option("--criu-config", opts->criu_config,
+                  "Extra CRIU configuration file (CRIU's own option syntax; in-process)");
+  auto agent = std::make_shared<AgentFlags>();
+  AddAgentFlags(*sub, *agent);
+  sub->footer(std::string("Prints the snapshot id on its last line (--json: an object). ") + kAgentFooter);
+  sub->callback([&ctx, sub, opts, agent] {
+    auto route = RouteCommand(ctx, *sub, *agent, opts->store,
+                              {"--tcp-established", "--gpu-lock-timeout-ms", "--criu", "--timeout", "--verbose",
+                               "--criu-config"});
+    if (!route.ok()) return ctx.Fail(route.status());
+    ProgressDisplay progress(ctx, "checkpoint");
+    Result<Checkpointed> done = Status::Error(Code::kInternal, "no checkpoint ran");
+    if (route->through_agent) {
+      done = CheckpointThroughAgent(route->socket, *opts, progress);
+    } else {
+      if (!route->store.empty()) opts->store = route->store;
+      opts->progress = progress.Fn();
+      auto meta = Checkpoint(*opts);
+      if (meta.ok()) done = Checkpointed{std::move(meta).value(), ""};
+      else done = meta.status();
     }
-    opts->progress = ctx.Progress("checkpoint");
-    auto meta = Checkpoint(*opts);
-    if (!meta.ok()) return ctx.Fail(meta.status());
-    if (ctx.json) return ctx.PrintJson(MetaSummary(*meta));
-    if (!ctx.quiet)
-      std::fprintf(stderr, "[checkpoint] %s: %s in %.2f s\n", meta->id.c_str(), HumanBytes(meta->total_bytes).c_str(),
-                   meta->timings_s["total"]);
-    std::printf("%s\n", meta->id.c_str());
+    progress.Finish(done.ok());
+    if (!done.ok()) return ctx.Fail(done.status());
+    PrintCheckpoint(ctx, *done);
   });
 }
 
@@ -51,37 +101,39 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->add_option("id", opts->id, "Snapshot id (see `gpusnap ls`)")->required();
   sub->add_option("--store", opts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   sub->add_option("--name", opts->name, "Name of the restored workload (default: the source's)");
-  sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap)");
-  sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take")->capture_default_str();
-  sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log");
-  sub->add_option("--criu-config", opts->criu_config, "Extra CRIU configuration file (CRIU's own option syntax)");
+  sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap; in-process)");
+  sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take (in-process)")->capture_default_str();
+  sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log (in-process)");
+  sub->add_option("--criu-config", opts->criu_config,
+                  "Extra CRIU configuration file (CRIU's own option syntax; in-process)");
   sub->add_option("--gpu-map", opts->gpu_map,
                   "Restore onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this machine's");
-  sub->add_option("--gpus", opts->gpus, "Restore the snapshot's GPUs, in order, onto these GPU indices")->delimiter(',');
+  sub->add_option("--gpus", opts->gpus, "Restore the snapshot's GPUs, in order, onto these GPU indices (in-process)")
+      ->delimiter(',');
   sub->add_option("--into-container", opts->into_container,
                   "Restore into this container's namespaces and cgroups (an id or unique prefix); its init must be "
                   "an idle `gpusnap __placeholder`");
-  auto agent = std::make_shared<std::string>();
-  sub->add_option("--agent", *agent, "Run it as a job of the node agent listening on this unix socket");
-  sub->footer("Prints the restored workload's host pid.");
-  sub->callback([&ctx, opts, agent] {
-    if (!agent->empty()) {
-      if (Status st = RestoreThroughAgent(ctx, *agent, *opts); !st.ok()) ctx.Fail(st);
-      return;
+  auto agent = std::make_shared<AgentFlags>();
+  AddAgentFlags(*sub, *agent);
+  sub->footer(std::string("Prints the restored workload's host pid. ") + kAgentFooter);
+  sub->callback([&ctx, sub, opts, agent] {
+    auto route = RouteCommand(ctx, *sub, *agent, opts->store,
+                              {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus"});
+    if (!route.ok()) return ctx.Fail(route.status());
+    ProgressDisplay progress(ctx, "restore");
+    Result<Restored> done = Status::Error(Code::kInternal, "no restore ran");
+    if (route->through_agent) {
+      done = RestoreThroughAgent(route->socket, *opts, progress);
+    } else {
+      if (!route->store.empty()) opts->store = route->store;
+      opts->progress = progress.Fn();
+      auto r = Restore(*opts);
+      if (r.ok()) done = Restored{std::move(r).value(), ""};
+      else done = r.status();
     }
-    opts->progress = ctx.Progress("restore");
-    auto r = Restore(*opts);
-    if (!r.ok()) return ctx.Fail(r.status());
-    if (ctx.json) {
-      auto j = ToJson(r->workload);
-      j["timings_s"] = r->timings_s;
-      j["criu_log"] = r->log;
-      return ctx.PrintJson(j);
-    }
-    if (!ctx.quiet)
-      std::fprintf(stderr, "[restore] %s restored as `%s` in %.2f s\n", opts->id.c_str(), r->workload.name.c_str(),
-                   r->timings_s["total"]);
-    std::printf("%d\n", r->workload.pid);
+    progress.Finish(done.ok());
+    if (!done.ok()) return ctx.Fail(done.status());
+    PrintRestore(ctx, opts->id, *done);
   });
 }
 

@@ -6,9 +6,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "agent/route.h"
 #include "gpusnap/operations.h"
 #include "gpusnap/status.h"
+#include "util/progress_bar.h"  // HumanBytes
 
 namespace gpusnap::cli {
 
@@ -23,8 +26,8 @@ struct Context {
   void Fail(const Status& status);
   // Prints a JSON value (with --json) or nothing.
   void PrintJson(const nlohmann::json& value) const;
-  // Human progress lines on stderr, unless --quiet or --json.
-  ProgressFn Progress(const std::string& operation) const;
+  // "gpusnap: note: <line>" on stderr, unless --quiet or the line is empty.
+  void Note(const std::string& line) const;
 };
 
 void AddRun(CLI::App& app, Context& ctx);
@@ -38,11 +41,44 @@ void AddAgent(CLI::App& app, Context& ctx);
 void AddCuda(CLI::App& app, Context& ctx);      // cuda state|lock|checkpoint|...|gpus
 void AddGpushare(CLI::App& app, Context& ctx);  // gpushare state|suspend|resume
 
-// --agent SOCKET: the command runs as a job of the node agent (agent_client.cc).
-Status CheckpointThroughAgent(Context& ctx, const std::string& socket, const CheckpointOptions& options);
-Status RestoreThroughAgent(Context& ctx, const std::string& socket, const RestoreOptions& options);
+// Through the node agent or in-process (agent_client.cc; the rules are in
+// agent/route.h). --agent SOCKET and --no-agent, on the subcommands that may
+// go through the agent:
+struct AgentFlags {
+  std::string socket;
+  bool no_agent = false;
+};
+void AddAgentFlags(CLI::App& sub, AgentFlags& flags);
+
+// Looks at the agent's socket (unless --no-agent) and decides; prints the
+// route's note. `store_flag`: the --store given, or empty. `in_process_only`:
+// the flags of `sub` that only the in-process path honours; those given count.
+Result<agent::Route> RouteCommand(const Context& ctx, const CLI::App& sub, const AgentFlags& flags,
+                                  const std::string& store_flag, const std::vector<std::string>& in_process_only);
+
+class ProgressDisplay;  // cli/progress.h
+
+// What a checkpoint or restore gives, either way; `job` is the agent's job id
+// (empty in-process).
+struct Checkpointed {
+  SnapshotMeta meta;
+  std::string job;
+};
+struct Restored {
+  RestoreResult result;
+  std::string job;
+};
+// The commands as jobs of the agent at `socket`, with the in-process results
+// as far as the agent tells them (no CRIU log for a restore).
+Result<Checkpointed> CheckpointThroughAgent(const std::string& socket, const CheckpointOptions& options,
+                                            ProgressDisplay& progress);
+Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOptions& options,
+                                     ProgressDisplay& progress);
+// The agent's store: its snapshots (ids, sources, sizes), one's metadata, removal.
+Result<std::vector<SnapshotMeta>> ListThroughAgent(const std::string& socket);
+Result<SnapshotMeta> LoadThroughAgent(const std::string& socket, const std::string& id);
+Status RemoveThroughAgent(const std::string& socket, const std::string& id);
 
 nlohmann::json ToJson(const Workload& w);
-std::string HumanBytes(uint64_t bytes);
 
 }  // namespace gpusnap::cli

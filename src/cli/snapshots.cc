@@ -11,14 +11,23 @@ static std::string StoreOrDefault(const std::string& s) { return s.empty() ? Def
 void AddSnapshots(CLI::App& app, Context& ctx) {
   auto store_path = std::make_shared<std::string>();
   const char* store_help = "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)";
+  // Through the node agent when one answers, unless a store other than its is named (docs/AGENT.md).
+  auto agent = std::make_shared<AgentFlags>();
 
   auto* ls = app.add_subcommand("ls", "List snapshots");
   ls->add_option("--store", *store_path, store_help);
-  ls->callback([&ctx, store_path] {
+  AddAgentFlags(*ls, *agent);
+  ls->callback([&ctx, ls, store_path, agent] {
+    auto route = RouteCommand(ctx, *ls, *agent, *store_path, {});
+    if (!route.ok()) return ctx.Fail(route.status());
     auto store = Store::Open(StoreOrDefault(*store_path), false);
     std::vector<SnapshotMeta> all;
     std::vector<std::string> warnings;
-    if (store.ok()) {
+    if (route->through_agent) {
+      auto listed = ListThroughAgent(route->socket);
+      if (!listed.ok()) return ctx.Fail(listed.status());
+      all = std::move(listed).value();
+    } else if (store.ok()) {
       auto listed = store->List(&warnings);
       if (!listed.ok()) return ctx.Fail(listed.status());
       all = std::move(listed).value();
@@ -43,9 +52,18 @@ void AddSnapshots(CLI::App& app, Context& ctx) {
   auto* inspect = app.add_subcommand("inspect", "Print a snapshot's metadata as JSON");
   inspect->add_option("id", *inspect_id, "Snapshot id")->required();
   inspect->add_option("--store", *store_path, store_help);
-  inspect->add_flag("--verify", *verify, "Also check every file against its digest");
-  inspect->callback([&ctx, store_path, inspect_id, verify] {
-    auto store = Store::Open(StoreOrDefault(*store_path), false);
+  inspect->add_flag("--verify", *verify, "Also check every file against its digest (in-process)");
+  AddAgentFlags(*inspect, *agent);
+  inspect->callback([&ctx, inspect, store_path, inspect_id, verify, agent] {
+    auto route = RouteCommand(ctx, *inspect, *agent, *store_path, {"--verify"});
+    if (!route.ok()) return ctx.Fail(route.status());
+    if (route->through_agent) {
+      auto meta = LoadThroughAgent(route->socket, *inspect_id);
+      if (!meta.ok()) return ctx.Fail(meta.status());
+      std::printf("%s", SnapshotMetaToJson(*meta).c_str());
+      return;
+    }
+    auto store = Store::Open(StoreOrDefault(route->store.empty() ? *store_path : route->store), false);
     if (!store.ok()) return ctx.Fail(store.status());
     auto meta = store->Load(*inspect_id);
     if (!meta.ok()) return ctx.Fail(meta.status());
@@ -60,7 +78,17 @@ void AddSnapshots(CLI::App& app, Context& ctx) {
   auto* rm = app.add_subcommand("rm", "Remove snapshots");
   rm->add_option("id", *rm_ids, "Snapshot ids")->required();
   rm->add_option("--store", *store_path, store_help);
-  rm->callback([&ctx, store_path, rm_ids] {
+  AddAgentFlags(*rm, *agent);
+  rm->callback([&ctx, rm, store_path, rm_ids, agent] {
+    auto route = RouteCommand(ctx, *rm, *agent, *store_path, {});
+    if (!route.ok()) return ctx.Fail(route.status());
+    if (route->through_agent) {
+      for (const auto& id : *rm_ids) {
+        if (Status st = RemoveThroughAgent(route->socket, id); !st.ok()) return ctx.Fail(st);
+        if (!ctx.json) std::printf("%s\n", id.c_str());
+      }
+      return ctx.PrintJson({{"removed", *rm_ids}});
+    }
     auto store = Store::Open(StoreOrDefault(*store_path), false);
     if (!store.ok()) return ctx.Fail(store.status());
     for (const auto& id : *rm_ids) {

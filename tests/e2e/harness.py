@@ -37,7 +37,10 @@ class GpusnapCase(unittest.TestCase):
         self.run_dir = os.path.join(self.tmp, "run")
         self.data = os.path.join(self.tmp, "data")
         os.makedirs(self.data)
-        self.env = dict(os.environ, GPUSNAP_STORE=self.store, GPUSNAP_RUN_DIR=self.run_dir)
+        # No node agent of this machine takes the commands: the socket looked at
+        # for one is a path nothing listens on (test_agent_cli.py sets its own).
+        self.env = dict(os.environ, GPUSNAP_STORE=self.store, GPUSNAP_RUN_DIR=self.run_dir,
+                        GPUSNAP_AGENT_SOCKET=os.path.join(self.tmp, "no-agent", "agent.sock"))
 
     def tearDown(self):
         for w in self.workloads():
