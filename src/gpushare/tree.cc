@@ -126,19 +126,21 @@ Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::strin
   auto t0 = Clock::now();
   // Processes that work together (a collective) can only all stop between
   // two pieces of work: a process caught inside one waits for a peer already
-  // held. Several processes get short attempts, resumed between, until the
-  // timeout is spent.
+  // held, which shows within milliseconds. Several processes get short
+  // attempts (growing, for work that is merely long), resumed between, until
+  // the timeout is spent.
   auto deadline = t0 + std::chrono::milliseconds(quiesce_timeout_ms);
-  int attempt_ms = procs.size() > 1 ? std::min(quiesce_timeout_ms, 2000) : quiesce_timeout_ms;
   Status st;
   for (int attempt = 1;; ++attempt) {
+    int attempt_ms = procs.size() > 1 ? QuiesceAttemptMs(attempt, quiesce_timeout_ms) : quiesce_timeout_ms;
     st = FirstError(OnEach(procs, [&](const ShimProcess& p) {
       return Command(p, ShimCommand::kQuiesce, "", "", attempt_ms);
     }));
     if (st.ok() || st.code() != Code::kTimeout || Clock::now() + std::chrono::milliseconds(attempt_ms) > deadline)
       break;
     OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(37 * attempt));
+    // A pause of varying length, so the next attempt lands elsewhere in the work's rhythm.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5 + 17 * (attempt % 7)));
     timings["gpushare-quiesce-retries"] = attempt;
   }
   timings["gpushare-quiesce"] = SecondsSince(t0);
@@ -260,6 +262,11 @@ Result<nlohmann::json> Send(const ShimProcess& p, const ControlRequest& request,
   if (!parsed.ok()) return parsed.status().Wrap(what);
   if (received != nullptr) *received = std::move(got.passed_fd);
   return parsed;
+}
+
+int QuiesceAttemptMs(int attempt, int timeout_ms) {
+  int ms = 200 << std::min((attempt - 1) / 4, 4);  // 200 ms four times, then 400, ... up to 3.2 s
+  return std::min(ms, timeout_ms);
 }
 
 Result<std::vector<std::vector<Share>>> MatchShares(const std::vector<ShimProcess>& procs,

@@ -71,6 +71,10 @@ struct Share {
 
   bool operator==(const Share&) const = default;
 };
+// How long attempt number `attempt` (from 1) of quiescing several processes
+// together may take, within `timeout_ms` in all.
+int QuiesceAttemptMs(int attempt, int timeout_ms);
+
 // Whether fd `a` of process `ia` and fd `b` of process `ib` are one open file.
 using SameFile = std::function<bool(size_t ia, int a, size_t ib, int b)>;
 // Pure: for each process, its imports' exporters. kFailedPrecondition naming

@@ -53,6 +53,15 @@ TEST(GpushareTree, AnImportFromOutsideTheProcessesIsRefused) {
       << shares.status().message();
 }
 
+TEST(GpushareTree, QuiesceAttemptsStartShortAndGrow) {
+  EXPECT_EQ(QuiesceAttemptMs(1, 10000), 200);
+  EXPECT_EQ(QuiesceAttemptMs(4, 10000), 200);
+  EXPECT_EQ(QuiesceAttemptMs(5, 10000), 400);
+  EXPECT_EQ(QuiesceAttemptMs(17, 10000), 3200);
+  EXPECT_EQ(QuiesceAttemptMs(40, 10000), 3200);
+  EXPECT_EQ(QuiesceAttemptMs(1, 150), 150);
+}
+
 TEST(GpushareTree, SharesRoundTripAndStateIsRead) {
   std::vector<Share> shares{{0x6753000000000001, 2, 0x7f0000200000}};
   EXPECT_EQ(*DecodeShares(EncodeShares(shares), "x"), shares);

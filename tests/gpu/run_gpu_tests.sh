@@ -299,6 +299,131 @@ test_gpushare_other_gpu() {
   moved_to_gpu1 gsm --gpushare && passed "$1"
 }
 
+# gpushare (a) and (d): share_pair (tests/workloads, plain C on the driver
+# API) is a parent and a child sharing one buffer: through CUDA IPC, or through
+# an exported VMM fd. The child runs on GPU 1 where there is one (peer memory
+# over NVLink), else on GPU 0 with its parent. Each step both write and check
+# words of it; after a pause the child checks all of it.
+WL=${GPU_TESTS_WORKLOADS:-$(dirname "$GPUSNAP")/workloads}
+child_of() { cat "/proc/$1/task/$1/children" | tr -d ' '; }
+ns_pid_of() { awk '/^NSpid:/ { print $NF }' "/proc/$1/status"; }
+# start_pair NAME MODE: sets $pid (the parent) and $child.
+start_pair() {
+  local name=$1 mode=$2 dev2=0
+  [ "$(nvidia-smi -L | grep -c '^GPU ')" -ge 2 ] && dev2=1
+  [ -x "$WL/share_pair" ] || { fail "no $WL/share_pair (build target wl_share_pair)"; return 1; }
+  pid=$(GPUSNAP_GPUSHARE_TEST_FAIL=$OUT/inject gs run --gpushare --name "$name" --log "$OUT/$name.out" -- \
+    "$WL/share_pair" --share "$mode" --mib 512 --interval-ms 50 --device 0 --importer-device "$dev2") ||
+    { fail "run --gpushare failed"; return 1; }
+  reapers+=("$(reaper_of "$pid")")
+  running "$name" 3 || return 1
+  child=$(child_of "$pid")
+  echo "INFO: $name: parent $pid on GPU 0, child $child on GPU $dev2, sharing through $mode"
+}
+share_pair_cycle() {
+  local name=sp_$1
+  start_pair "$name" "$1" || return 1
+  gs gpushare suspend "$pid" "$child" || { fail "gpushare suspend failed"; return 1; }
+  sleep 1.5  # the child checks the whole buffer after a pause
+  gs gpushare resume "$pid" "$child" || { fail "gpushare resume failed"; return 1; }
+  goes_on "$name" "$(last_step "$OUT/$name.out")" || return 1
+  cr "$name" || return 1
+  goes_on "$name" "$before" || return 1
+  echo "INFO: $name: $(grep -c '^step' "$OUT/$name.out") steps, the child's sums: $(grep -oE 'sum [1-9][0-9]*' "$OUT/$name.out" | sort -u | tr '\n' ' ')"
+  [ "$(grep -oE 'sum [1-9][0-9]*' "$OUT/$name.out" | sort -u | wc -l)" = 1 ] || { fail "the child read different bytes"; return 1; }
+}
+test_gpushare_ipc() {
+  current="gpushare (a): two processes sharing memory through cuIpcGetMemHandle: suspend/resume, checkpoint/restore"
+  share_pair_cycle ipc && passed "$1"
+}
+test_gpushare_vmm_fd() {
+  current="gpushare (a): two processes sharing memory through an exported VMM fd: suspend/resume, checkpoint/restore"
+  share_pair_cycle fd && passed "$1"
+}
+test_gpushare_release_failure() {
+  current="gpushare (d): a failure injected in the release of one of two sharing processes: both resume and go on"
+  start_pair sp_fail fd || return
+  echo "release $(ns_pid_of "$child")" >"$OUT/inject"
+  if gs gpushare suspend "$pid" "$child"; then fail "suspend succeeded despite the injected failure"; fi
+  rm -f "$OUT/inject"
+  "$GPUSNAP" gpushare state "$pid" "$child" | grep -c running | grep -qx 2 || fail "not both running: $("$GPUSNAP" gpushare state "$pid" "$child")"
+  goes_on sp_fail "$(last_step "$OUT/sp_fail.out")" || return
+  cr sp_fail || return
+  goes_on sp_fail "$before" || return
+  passed "$1"
+}
+
+# gpushare (b) and (c): jobs of 2 ranks over NCCL, one GPU each (NVLink P2P,
+# multicast off). Under torchrun the ranks are suspended in place and resumed.
+# torchrun's own agent maps io_uring (its rendezvous store), which CRIU cannot
+# dump, so the job checkpointed and restored into a new pid namespace as a
+# whole is started by workloads/launch_ranks.sh instead (rank 0 holds the
+# store). Needs 2 GPUs.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# ranks_job NAME LAUNCHER SCRIPT ARGS...: sets $pid (the launcher)
+ranks_job() {
+  local name=$1 launcher=$2
+  shift 2
+  local cmd=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
+  [ "$launcher" = plain ] && cmd=("$here/workloads/launch_ranks.sh" 2)
+  pid=$(NCCL_SOCKET_IFNAME=lo NCCL_CUMEM_HOST_ENABLE=0 gs run --gpushare --name "$name" --log "$OUT/$name.out" -- \
+    "${cmd[@]}" "$@") || { fail "run failed"; return 1; }
+  reapers+=("$(reaper_of "$pid")")
+}
+ranks_of() { pgrep -P "$1" -f "$2" | tr '\n' ' '; }
+# suspend_resume NAME SCRIPT_NAME: the ranks give their GPU memory up in place and take it back.
+suspend_resume() {
+  local name=$1 ranks
+  ranks=$(ranks_of "$pid" "$2")
+  [ "$(echo $ranks | wc -w)" = 2 ] || { fail "expected 2 ranks under $pid, found: $ranks"; return 1; }
+  gs gpushare suspend $ranks || { fail "gpushare suspend failed"; return 1; }
+  sleep 1.5
+  gs gpushare resume $ranks || { fail "gpushare resume failed"; return 1; }
+  goes_on "$name" "$(last_step "$OUT/$name.out")"
+}
+# checkpoint_restore NAME: the whole job, with its TCP connections, into a new pid namespace.
+checkpoint_restore() {
+  local name=$1 snap src=$pid
+  snap=$(timeout 300 "$GPUSNAP" checkpoint -q --tcp-established "$name") || { fail "checkpoint failed"; return 1; }
+  # The restored sockets take the same ports: the source must be gone first.
+  local i
+  for ((i = 0; i < 100; i++)); do kill -0 "$src" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$src" 2>/dev/null && [ "$(ps -o stat= -p "$src")" != Z ] && { fail "source $src still runs"; return 1; }
+  before=$(last_step "$OUT/$name.out")
+  pid=$(timeout 300 "$GPUSNAP" restore "$snap") || { fail "restore failed"; return 1; }
+  reapers+=("$(reaper_of "$pid")")
+  goes_on "$name" "$before"
+}
+two_gpus() { [ "$(nvidia-smi -L | grep -c '^GPU ')" -ge 2 ] || { echo "SKIP: $current: needs 2 GPUs"; return 1; }; }
+test_gpushare_nccl() {
+  current="gpushare (b): 2 ranks, an NCCL all-reduce every step: suspend/resume under torchrun, checkpoint/restore"
+  two_gpus || return
+  local w=$here/workloads/nccl_allreduce.py
+  ranks_job nccl torchrun "$w" --mib 64 --weights-mib 1024 || return
+  running nccl 5 || return
+  suspend_resume nccl nccl_allreduce || return
+  kill "$(reaper_of "$pid")"
+  ranks_job nccl_cr plain "$w" --mib 64 --weights-mib 1024 || return
+  running nccl_cr 5 || return
+  suspend_resume nccl_cr nccl_allreduce || return
+  checkpoint_restore nccl_cr || return
+  passed "$1"
+}
+test_gpushare_tp2() {
+  local model=${GPU_TEST_TP_MODEL:-1b}
+  current="gpushare (c): a TP=2 Llama ($model) generating tokens: identical after suspend/resume and checkpoint/restore"
+  two_gpus || return
+  ranks_job tp2 plain "$here/workloads/tp_llama.py" --model "$model" \
+    --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" --tokens 16 || return
+  running tp2 3 || return
+  grep -m1 '^TOKENS' "$OUT/tp2.out"
+  suspend_resume tp2 tp_llama || return
+  checkpoint_restore tp2 || return
+  # Every step's tokens hash the same as the first step's.
+  [ "$(grep -oE 'sum [0-9]+' "$OUT/tp2.out" | sort -u | wc -l)" = 1 ] || { fail "the tokens changed"; return; }
+  passed "$1"
+}
+
 # (b) and (e): the Llama-architecture server of bench/ (8B-class by default),
 # checkpointed and restored GPU_TEST_CYCLES times in a row, then once more
 # after dropping the page cache. The benchmark fails on any answer that differs
@@ -330,7 +455,9 @@ echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
-  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_gpushare_other_gpu test_llm_server_cycles"
+  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_gpushare_other_gpu
+  test_gpushare_ipc test_gpushare_vmm_fd test_gpushare_release_failure test_gpushare_nccl test_gpushare_tp2
+  test_llm_server_cycles"
 for t in ${GPU_TESTS:-$tests}; do
   $t "$failures"
 done

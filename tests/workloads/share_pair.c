@@ -80,6 +80,7 @@ static struct {
   CUresult (*MemAlloc)(CUdeviceptr *, size_t);
   CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
   CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+  CUresult (*CtxSynchronize)(void);
   CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
   CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned);
   CUresult (*MemGetAllocationGranularity)(size_t *, const CUmemAllocationProp *, int);
@@ -131,6 +132,7 @@ static void load_driver(void) {
   FETCH(MemAlloc);
   FETCH(MemcpyHtoD);
   FETCH(MemcpyDtoH);
+  FETCH(CtxSynchronize);
   FETCH(IpcGetMemHandle);
   FETCH(IpcOpenMemHandle);
   FETCH(MemGetAllocationGranularity);
@@ -278,9 +280,12 @@ static int run_parent(int sock, int share_fd, size_t bytes, int device, int inte
   for (size_t i = 0; i < bytes / 4; i++) host[i] = pattern(i);
   host[0] = host[1] = 0;
   CU(cu.MemcpyHtoD(buf, host, bytes), "cuMemcpyHtoD");
+  CU(cu.CtxSynchronize(), "cuCtxSynchronize");
   for (uint64_t step = 1; !stop_requested; step++) {
     uint32_t word = (uint32_t)step;
     CU(cu.MemcpyHtoD(buf, &word, 4), "cuMemcpyHtoD");
+    /* A copy from pageable memory may return before it reached the GPU. */
+    CU(cu.CtxSynchronize(), "cuCtxSynchronize");
     struct step_msg m = {step, 0, 1};
     send_all(sock, &m, sizeof m, -1);
     struct step_msg reply;
@@ -352,6 +357,7 @@ static int run_child(int sock, int share_fd, int device) {
     last = t;
     uint32_t answer = (uint32_t)(3 * m.step + 1);
     CU(cu.MemcpyHtoD(buf + 4, &answer, 4), "cuMemcpyHtoD");
+    CU(cu.CtxSynchronize(), "cuCtxSynchronize");
     fflush(stdout);
     send_all(sock, &reply, sizeof reply, -1);
     if (!reply.ok) return 1;

@@ -333,7 +333,8 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   std::mutex stats_mu;
   SaveStats stats;
   // Saving changes nothing in the process: a failure here leaves it as it was.
-  Status st = RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, kChunkBytes,
+  // (A process that only maps other processes' memory has nothing to save.)
+  Status st = jobs.empty() ? Status::Ok() : RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, kChunkBytes,
                            saved.empty() ? 0 : saved.front().context,
                            [&](Staging& staging, size_t j, size_t) -> Status {
                              if (j == SIZE_MAX) return Status::Ok();
@@ -442,6 +443,7 @@ Status DeviceMemory::Fill(const std::string& chunk_store, const std::vector<Trac
     sources.push_back(it->second);
   }
   std::vector<ChunkJob> jobs = ChunkJobs(allocs);
+  if (jobs.empty()) return Status::Ok();
   // Each worker reads a chunk in pieces into its pinned buffers, in turn, and
   // copies each piece on while reading the next; the chunk's digest is
   // checked when its last piece is read. A bad chunk fails the load, and the
@@ -544,7 +546,12 @@ nlohmann::json DeviceMemory::Describe() {
                    {"released_bytes", t.released_bytes},
                    {"held_calls", gate_.held()},
                    {"last", last_}};
-  j.update(DescribeSharing());
+  // The application's own VMM objects count as allocations too.
+  nlohmann::json sharing = DescribeSharing();
+  j["allocations"] = t.allocations + sharing["objects"].get<uint64_t>();
+  j["bytes"] = t.bytes + sharing["object_bytes"].get<uint64_t>();
+  j["released_bytes"] = t.released_bytes + sharing["object_released_bytes"].get<uint64_t>();
+  j.update(sharing);
   return j;
 }
 

@@ -179,16 +179,20 @@ abi::CUresult DeviceMemory::Import(abi::CUmemGenericAllocationHandle* handle, vo
   abi::CUmemGenericAllocationHandle real = 0;
   abi::CUresult rc = d.mem_import(&real, os_handle, type);
   if (rc != abi::CUDA_SUCCESS) return rc;
+  abi::CUmemAllocationProp prop{};
+  if (d.mem_properties(&prop, real) == abi::CUDA_SUCCESS && prop.location.type != abi::CU_MEM_LOCATION_TYPE_DEVICE) {
+    // Another process's host memory object: the exporter does not track it
+    // either (Create), so it stays the driver's.
+    *handle = real;
+    return rc;
+  }
   VmmObject o;
   o.real = real;
   o.imported = true;
   o.app_refs = 1;
   o.kept_fd = kept.Release();
-  abi::CUmemAllocationProp prop{};
-  if (d.mem_properties(&prop, real) == abi::CUDA_SUCCESS) {
-    o.device = prop.location.id;
-    std::memcpy(o.prop.data(), &prop, sizeof prop);
-  }
+  o.device = prop.location.id;
+  std::memcpy(o.prop.data(), &prop, sizeof prop);
   std::lock_guard lock(mu_);
   *handle = objects_.AddObject(o);
   return rc;
@@ -416,16 +420,21 @@ Status DeviceMemory::MakeObjects() {
 nlohmann::json DeviceMemory::DescribeSharing() {
   std::lock_guard lock(mu_);
   nlohmann::json exports = nlohmann::json::array(), imports = nlohmann::json::array();
-  uint64_t objects = 0, object_bytes = 0;
+  uint64_t objects = 0, object_bytes = 0, released_bytes = 0;
   for (const auto& [object, fd] : exported_fds_) exports.push_back({{"object", object}, {"fd", fd}});
   for (VmmObject* o : objects_.Objects()) {
     if (o->imported && o->kept_fd >= 0) imports.push_back({{"import", o->id}, {"fd", o->kept_fd}});
     if (!o->imported) {
       ++objects;
       object_bytes += o->size;
+      if (o->real == 0) released_bytes += o->size;
     }
   }
-  return {{"exports", exports}, {"imports", imports}, {"objects", objects}, {"object_bytes", object_bytes}};
+  return {{"exports", exports},
+          {"imports", imports},
+          {"objects", objects},
+          {"object_bytes", object_bytes},
+          {"object_released_bytes", released_bytes}};
 }
 
 }  // namespace gpusnap::gpushare
