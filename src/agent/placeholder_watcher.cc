@@ -223,13 +223,21 @@ struct PlaceholderWatcher::Impl {
     });
   }
 
-  void StartRestore(const PlaceholderPod& p) {
+  void StartRestore(const PlaceholderPod& p, int attempt = 0) {
     RestoreRequest request;
     request.snapshot = p.snapshot;
     request.target_container = p.container_id;
     request.name = WorkloadNameForPod(p.name, p.uid);
     auto started = service.StartRestore(request);
     if (auto* refused = std::get_if<Refused>(&started)) {
+      if (!refused->job_id.empty()) {
+        // Another job holds the snapshot or the container (a second pod
+        // restoring the same snapshot): the pod is ours, start once it is done.
+        if (attempt == 0) log(fmt::format("kube: pod {}: waiting: {}", Describe(p), refused->error.message));
+        Schedule(std::chrono::duration<double>(std::min(Backoff(attempt), 5.0)), false,
+                 [this, p, attempt] { StartRestore(p, attempt + 1); });
+        return;
+      }
       log(fmt::format("kube: pod {}: restore of `{}` refused: {}", Describe(p), p.snapshot, refused->error.message));
       return Record(p, RestoreRecord{std::string(kStatusFailed), "", refused->error.message}, false,
                     refused->error.message, 0);

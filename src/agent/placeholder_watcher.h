@@ -14,6 +14,8 @@
 // Each pod goes through DecidePod. A restore is claimed on the pod first
 // (restore-status=restoring, with the pod's resourceVersion as precondition)
 // and only then started; a claim that does not go through starts nothing. A
+// restore refused because another job holds its snapshot or container (a
+// second pod restoring the same snapshot) starts once that job is done. A
 // failed restore is recorded and left: it is not retried. Recording is
 // retried until the API server takes it (or the pod is gone).
 //

@@ -216,6 +216,18 @@ class PlaceholderRestores(KubeAgentCase):
         self.assertEqual(self.annotations(self.api.get("pods", "lost-0", NAMESPACE))[STATUS], "failed")
         self.assertIn("restore of `no-such-snapshot` refused", agent.log())
 
+    def test_two_pods_from_one_snapshot(self):
+        # The second restore waits for the first (one job per snapshot at a time), then runs.
+        agent = self.start_kube_agent()
+        first, first_init = self.start_placeholder()
+        second, second_init = self.start_placeholder()
+        snapshot, _ = self.checkpoint_counter(agent)
+        self.create_placeholder_pod("replica-0", snapshot, first)
+        self.create_placeholder_pod("replica-1", snapshot, second)
+        self.assert_restored(agent, self.wait_status("replica-0"), first_init)
+        self.assert_restored(agent, self.wait_status("replica-1"), second_init)
+        self.assertEqual(len(agent.request("GET", "/v1/jobs")[1]), 3)
+
     def test_pods_of_other_nodes_and_pods_not_running_are_left_alone(self):
         agent = self.start_kube_agent()
         placeholder, init = self.start_placeholder()

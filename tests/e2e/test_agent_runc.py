@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import uuid
 
 import test_agent as base
@@ -109,8 +110,14 @@ class RuncCase(base.AgentCase):
 
     def counter_in(self, cid):
         init, _ = self.container_init(cid)
-        with open(f"/proc/{init}/task/{init}/children") as f:
-            children = [int(c) for c in f.read().split()]
+        # The container's shell forks the counter after runc has returned.
+        end = time.time() + 10
+        while True:
+            with open(f"/proc/{init}/task/{init}/children") as f:
+                children = [int(c) for c in f.read().split()]
+            if children or time.time() > end:
+                break
+            time.sleep(0.05)
         self.assertEqual(len(children), 1, children)
         self.wait_count(children[0], 3)
         return children[0]
