@@ -95,8 +95,8 @@ class Manifests(unittest.TestCase):
         self.assertIs(agent["securityContext"]["privileged"], True)
         self.assertNotIn("nvidia.com/gpu", json.dumps(agent.get("resources", {})))
         host = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
-        self.assertEqual(sorted(host.values()),
-                         ["/run/gpusnap", "/sys/fs/cgroup", "/var/lib/gpusnap", "/var/log/containers"])
+        self.assertEqual(sorted(host.values()), ["/run/gpusnap", "/run/gpusnap-agent", "/sys/fs/cgroup",
+                                                 "/var/lib/gpusnap", "/var/log/containers"])
         mounts = {m["mountPath"]: m for m in agent["volumeMounts"]}
         for read_only in ("/sys/fs/cgroup", "/var/log/containers", "/gpusnap"):
             self.assertIs(mounts[read_only].get("readOnly"), True, read_only)
@@ -106,7 +106,10 @@ class Manifests(unittest.TestCase):
         self.assertEqual(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName")
         self.assertEqual(mounts["/gpusnap"]["subPath"], "bundle")
         self.assertIn("--criu=/gpusnap/criu-bundle", agent["args"])
-        self.assertIn("--socket=/run/gpusnap/agent.sock", agent["args"])
+        # The socket where gpusnap looks for it by default, on the node too.
+        self.assertFalse([a for a in agent["args"] if a.startswith("--socket")])
+        self.assertEqual(mounts["/run/gpusnap-agent"]["name"],
+                         next(n for n, p in host.items() if p == "/run/gpusnap-agent"))
 
     def test_rbac_least_privilege(self):
         agent_role = find(self.objs, "ClusterRole", "gpusnap-agent")
