@@ -74,4 +74,45 @@ struct RestoreResult {
 // A snapshot that fails verification is refused before anything starts.
 Result<RestoreResult> Restore(const RestoreOptions& options);
 
+// Garbage collection of the gpushare chunk store (docs/GPUSHARE.md): the
+// chunk files no manifest names any more (of a snapshot, a snapshot being
+// written, a process suspended in place), and temporaries of interrupted
+// chunk writes older than an hour.
+struct GcOptions {
+  std::string store;            // default DefaultStore()
+  bool dry_run = false;         // decide and report; delete nothing
+  int wait_ms = 0;              // how long to wait for checkpoints writing chunks
+};
+
+struct GcItem {
+  std::string path;             // absolute
+  uint64_t bytes = 0;
+  std::string reason;           // "unreferenced" or "stale temporary"
+};
+
+struct GcResult {
+  std::vector<GcItem> removed;  // what went (with dry_run: what would go)
+  uint64_t removed_bytes = 0;
+  uint64_t kept_chunks = 0;     // chunk files some manifest names
+  uint64_t kept_bytes = 0;
+  uint64_t manifests = 0;       // manifests read
+};
+
+// Marks, then sweeps. Errors: kTimeout when checkpoints hold the chunk store
+// for longer than wait_ms; a manifest or a snapshot's metadata that cannot be
+// read fails it before anything is deleted, naming the file; a file that
+// cannot be removed, naming it.
+Result<GcResult> CollectGarbage(const GcOptions& options);
+
+struct RemoveResult {
+  GcResult chunks;              // what the collection after the removal did
+  Status chunks_status;         // why it did not run or failed; the snapshot is removed regardless
+};
+
+// Removes a published snapshot, then collects the chunks nothing names any
+// more, without waiting for checkpoints that hold the chunk store (`gpusnap
+// gc` collects those later). Errors: the removal's only (kNotFound,
+// kInvalidArgument, kIoError).
+Result<RemoveResult> RemoveSnapshot(const std::string& store, const std::string& id);
+
 }  // namespace gpusnap

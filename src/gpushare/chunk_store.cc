@@ -50,7 +50,7 @@ Status WriteAll(int fd, const char* p, uint64_t n, const std::string& path) {
 
 std::string TempSuffix() {
   std::random_device rd;
-  return fmt::format(".tmp-{}-{:08x}{:08x}", ::getpid(), rd(), rd());
+  return fmt::format("{}{}-{:08x}{:08x}", kChunkTempInfix, ::getpid(), rd(), rd());
 }
 
 // Writes `size` bytes with O_DIRECT: aligned whole blocks from an aligned
@@ -108,14 +108,16 @@ ChunkStore::DirectIo ChunkStore::DirectIoFromEnv() {
   return v != nullptr && std::string_view(v) == "1" ? DirectIo::kOn : DirectIo::kOff;
 }
 
+std::string ChunksDir(const std::string& store_root) { return store_root + "/chunks"; }
+
 Result<ChunkStore> ChunkStore::Open(const std::string& root, DirectIo direct_io) {
-  GPUSNAP_RETURN_IF_ERROR(MakeDirs(root + "/chunks"));
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(ChunksDir(root)));
   return ChunkStore(root, direct_io);
 }
 
 std::string ChunkStore::ChunkPath(const ChunkDigest& digest) const {
   std::string hex = DigestHex(digest);
-  return root_ + "/chunks/" + hex.substr(0, 2) + "/" + hex;
+  return ChunksDir(root_) + "/" + hex.substr(0, 2) + "/" + hex;
 }
 
 Status ChunkStore::WriteChunk(const ChunkDigest& digest, const void* data, uint64_t size, bool* written) const {
@@ -125,7 +127,7 @@ Status ChunkStore::WriteChunk(const ChunkDigest& digest, const void* data, uint6
   if (::stat(path.c_str(), &st) == 0) return Status::Ok();  // stored already
   std::string dir = path.substr(0, path.rfind('/'));
   if (::mkdir(dir.c_str(), 0755) == 0) {
-    GPUSNAP_RETURN_IF_ERROR(FsyncPath(root_ + "/chunks"));
+    GPUSNAP_RETURN_IF_ERROR(FsyncPath(ChunksDir(root_)));
   } else if (errno != EEXIST) {
     return Status::Errno(errno, "creating directory `{}`", dir);
   }

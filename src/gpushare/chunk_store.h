@@ -24,6 +24,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,11 @@
 namespace gpusnap {
 
 inline constexpr uint64_t kChunkBytes = 64ull << 20;
+// A chunk is written to <chunk file><kChunkTempInfix><pid>-<16 hex> first.
+inline constexpr std::string_view kChunkTempInfix = ".tmp-";
+
+// <store_root>/chunks: the fan-out directories of the chunk files.
+std::string ChunksDir(const std::string& store_root);
 
 using ChunkDigest = std::array<uint8_t, 16>;  // XXH3-128, high 64 bits first (big-endian)
 

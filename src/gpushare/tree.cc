@@ -17,6 +17,7 @@
 #include <future>
 #include <thread>
 
+#include "gpushare/chunk_lock.h"
 #include "gpushare/chunk_manifest.h"
 #include "gpushare/chunk_store.h"
 #include "gpushare/control_client.h"
@@ -403,6 +404,8 @@ Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& 
                       std::map<std::string, double>& timings) {
   // Each process keeps its manifest in a directory of its own.
   for (const ShimProcess& p : procs) GPUSNAP_RETURN_IF_ERROR(MakeDirs(SuspendedDir(store, p), 0700));
+  GPUSNAP_ASSIGN_OR_RETURN(auto chunk_lock,
+                           ChunkStoreLock::Acquire(store, ChunkStoreLock::Mode::kShared, kChunkWriterWaitMs));
   return QuiesceAndRelease(procs, store, [&](const ShimProcess& p) { return ManifestPath(SuspendedDir(store, p), p); },
                            quiesce_timeout_ms, timings);
 }

@@ -107,6 +107,8 @@ Status CheckManifests(const std::string& chunk_store, const std::string& manifes
 // `gpusnap gpushare suspend|resume`: the processes `pids` (each must load the
 // shim) give up their device memory in place, into `store`'s chunk store with
 // the manifests under <store>/suspended/<pid>/, and take it back.
+// SuspendInPlace holds the chunk store lock shared (chunk_lock.h) until the
+// manifests are written.
 Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids);
 std::string SuspendedRoot(const std::string& store);  // <store>/suspended
 std::string SuspendedDir(const std::string& store, const ShimProcess& p);

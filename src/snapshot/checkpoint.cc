@@ -25,6 +25,7 @@
 #include "criu/operation.h"
 #include "criu/options.h"
 #include "ns/proc.h"
+#include "gpushare/chunk_lock.h"
 #include "gpushare/tree.h"
 #include "snapshot/gpu.h"
 #include "gpusnap/operations.h"
@@ -163,7 +164,14 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
     return gpushare::LoadAll(shim_procs, store.root(), manifest_dir(), ignored)
         .Wrap("bringing back the device memory of the GPU processes");
   };
+  // From here to the end, gpusnap holds the chunk store lock shared: no chunk
+  // the release finds present, and none the loads below read, can be
+  // collected before a published manifest names it (gpushare/chunk_lock.h).
+  std::optional<ChunkStoreLock> chunk_lock;
   if (!shim_procs.empty()) {
+    GPUSNAP_ASSIGN_OR_RETURN(auto lock, ChunkStoreLock::Acquire(store.root(), ChunkStoreLock::Mode::kShared,
+                                                                kChunkWriterWaitMs));
+    chunk_lock.emplace(std::move(lock));
     phases.Start("gpushare-release");
     std::string dir = manifest_dir();
     if (::mkdir(dir.c_str(), 0700) != 0) return Status::Errno(errno, "creating `{}`", dir);

@@ -55,18 +55,37 @@ Result<Store> Store::Open(const std::string& root, bool for_writing) {
   return store;
 }
 
-int Store::CleanStaleTemporaries() const {
-  int removed = 0;
+namespace {
+// Calls fn(path, fd) for every temporary directory, with fd open on it.
+template <typename Fn>
+void ForEachTemporary(const std::string& snapshots_dir, Fn fn) {
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(SnapshotsDir(), ec)) {
+  for (const auto& entry : std::filesystem::directory_iterator(snapshots_dir, ec)) {
     std::string name = entry.path().filename().string();
     if (name.rfind(kTmpPrefix, 0) != 0) continue;
     UniqueFd fd(::open(entry.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!fd.valid()) continue;
-    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;  // a live writer holds it
-    if (RemoveTree(entry.path().string()).ok()) ++removed;
+    if (fd.valid()) fn(entry.path().string(), fd.get());
   }
+}
+}  // namespace
+
+int Store::CleanStaleTemporaries() const {
+  int removed = 0;
+  ForEachTemporary(SnapshotsDir(), [&](const std::string& path, int fd) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return;  // a live writer holds it
+    if (RemoveTree(path).ok()) ++removed;
+  });
   return removed;
+}
+
+std::vector<Store::Temporary> Store::ListTemporaries() const {
+  std::vector<Temporary> out;
+  // A lock we can take is one no writer holds; closing the descriptor drops it.
+  ForEachTemporary(SnapshotsDir(), [&](const std::string& path, int fd) {
+    out.push_back({path, ::flock(fd, LOCK_SH | LOCK_NB) != 0});
+  });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.dir < b.dir; });
+  return out;
 }
 
 Result<PendingSnapshot> Store::Begin(const std::string& id) const {

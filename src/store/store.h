@@ -34,6 +34,14 @@ class Store {
   // Removes temporary directories that no live writer holds. Returns how many.
   int CleanStaleTemporaries() const;
 
+  // The temporary directories: snapshots being written (`live`: their writer
+  // holds them) and the leftovers CleanStaleTemporaries would remove.
+  struct Temporary {
+    std::string dir;
+    bool live = false;
+  };
+  std::vector<Temporary> ListTemporaries() const;
+
   // Starts a snapshot. kAlreadyExists if `id` is taken.
   Result<PendingSnapshot> Begin(const std::string& id) const;
 
