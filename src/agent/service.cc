@@ -371,7 +371,9 @@ Status Service::DeleteSnapshot(const std::string& id) {
     GPUSNAP_RETURN_IF_ERROR(store_.Load(id).status());
     busy_snapshots_[id] = kDeleting;  // no job may start on it while its files go
   }
-  Status st = store_.Remove(id);
+  auto removed = RemoveSnapshot(store_.root(), id);  // and the chunks only it named
+  if (removed.ok() && !removed->chunks_status.ok()) options_.log(removed->chunks_status.message());
+  Status st = removed.status();
   std::lock_guard lock(mu_);
   busy_snapshots_.erase(id);
   return st;

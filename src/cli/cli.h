@@ -34,7 +34,7 @@ void AddRun(CLI::App& app, Context& ctx);
 void AddPs(CLI::App& app, Context& ctx);
 void AddCheckpoint(CLI::App& app, Context& ctx);
 void AddRestore(CLI::App& app, Context& ctx);
-void AddSnapshots(CLI::App& app, Context& ctx);  // ls, inspect, rm
+void AddSnapshots(CLI::App& app, Context& ctx);  // ls, inspect, rm, gc
 void AddVersion(CLI::App& app, Context& ctx);
 void AddWebhook(CLI::App& app, Context& ctx);
 void AddAgent(CLI::App& app, Context& ctx);

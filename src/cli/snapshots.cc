@@ -89,13 +89,56 @@ void AddSnapshots(CLI::App& app, Context& ctx) {
       }
       return ctx.PrintJson({{"removed", *rm_ids}});
     }
-    auto store = Store::Open(StoreOrDefault(*store_path), false);
-    if (!store.ok()) return ctx.Fail(store.status());
+    uint64_t chunks = 0, chunk_bytes = 0;
+    std::vector<std::string> warnings;
     for (const auto& id : *rm_ids) {
-      if (Status st = store->Remove(id); !st.ok()) return ctx.Fail(st);
+      auto removed = RemoveSnapshot(StoreOrDefault(*store_path), id);
+      if (!removed.ok()) return ctx.Fail(removed.status());
+      chunks += removed->chunks.removed.size();
+      chunk_bytes += removed->chunks.removed_bytes;
+      if (!removed->chunks_status.ok()) {
+        warnings.push_back(removed->chunks_status.message());
+        std::fprintf(stderr, "gpusnap: warning: %s\n", warnings.back().c_str());
+      }
       if (!ctx.json) std::printf("%s\n", id.c_str());
     }
-    ctx.PrintJson({{"removed", *rm_ids}});
+    if (chunks > 0 && !ctx.json && !ctx.quiet)
+      std::fprintf(stderr, "[rm] removed %llu chunk file(s) no snapshot names any more (%s)\n",
+                   static_cast<unsigned long long>(chunks), HumanBytes(chunk_bytes).c_str());
+    ctx.PrintJson({{"removed", *rm_ids}, {"chunks_removed", chunks}, {"chunk_bytes_removed", chunk_bytes},
+                   {"warnings", warnings}});
+  });
+
+  auto gc_options = std::make_shared<GcOptions>();
+  auto gc_wait_s = std::make_shared<int>(0);
+  auto* gc = app.add_subcommand("gc", "Delete the gpushare chunks no snapshot names any more");
+  gc->add_option("--store", *store_path, store_help);
+  gc->add_flag("--dry-run", gc_options->dry_run, "List what would be deleted and its bytes; delete nothing");
+  gc->add_option("--wait-s", *gc_wait_s, "How long to wait for checkpoints that are writing chunks (default 0)")
+      ->check(CLI::Range(0, 86400));
+  gc->footer(
+      "Chunks that no manifest names (of a snapshot, a snapshot being written, a process suspended in place), and\n"
+      "temporary files of chunk writes interrupted over an hour ago. A manifest that cannot be read stops it\n"
+      "before anything is deleted.");
+  gc->callback([&ctx, store_path, gc_options, gc_wait_s] {
+    GcOptions options = *gc_options;
+    options.store = StoreOrDefault(*store_path);
+    options.wait_ms = *gc_wait_s * 1000;
+    auto r = CollectGarbage(options);
+    if (!r.ok()) return ctx.Fail(r.status());
+    if (ctx.json) {
+      nlohmann::json items = nlohmann::json::array();
+      for (const auto& i : r->removed) items.push_back({{"path", i.path}, {"bytes", i.bytes}, {"reason", i.reason}});
+      return ctx.PrintJson({{"dry_run", options.dry_run}, {"removed", items}, {"removed_bytes", r->removed_bytes},
+                            {"kept_chunks", r->kept_chunks}, {"kept_bytes", r->kept_bytes},
+                            {"manifests", r->manifests}});
+    }
+    const char* verb = options.dry_run ? "would remove" : "removed";
+    for (const auto& i : r->removed)
+      std::printf("%s %s (%s, %s)\n", verb, i.path.c_str(), HumanBytes(i.bytes).c_str(), i.reason.c_str());
+    std::printf("%s %zu file(s), %s; kept %llu chunk(s), %s, named by %llu manifest(s)\n", verb, r->removed.size(),
+                HumanBytes(r->removed_bytes).c_str(), static_cast<unsigned long long>(r->kept_chunks),
+                HumanBytes(r->kept_bytes).c_str(), static_cast<unsigned long long>(r->manifests));
   });
 }
 

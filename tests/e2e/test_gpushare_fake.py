@@ -5,6 +5,8 @@ control socket, the chunk store, CRIU and gpusnap's checkpoint/restore steps
 all run as in production; only the driver underneath is the CPU fake."""
 import json
 import os
+import shutil
+import signal
 import subprocess
 import time
 import unittest
@@ -203,6 +205,106 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         while time.time() < end and [w for w in self.workloads() if w["running"]]:
             time.sleep(0.1)
         self.assertEqual([w for w in self.workloads() if w["running"]], [])
+
+    # --- garbage collection of the chunk store --------------------------------
+    def manifest(self, snap):
+        return os.path.join(self.store, "snapshots", snap, "gpu", "2.chunks")
+
+    def two_snapshots(self):
+        """Two snapshots of the worker, a restore between them: 5 chunks, one
+        named by both (the second piece of the 70 MiB buffer)."""
+        self.start()
+        snap1 = self.checkpoint("vmm")
+        first = set(self.chunk_files())
+        self.restore(snap1)
+        self.wait_steps(len(self.steps()) + 3)
+        snap2 = self.checkpoint("vmm")
+        self.assertEqual(len(self.chunk_files()), 5)
+        return snap1, snap2, first
+
+    def test_rm_keeps_shared_chunks_and_the_last_rm_empties_the_chunk_store(self):
+        snap1, snap2, first = self.two_snapshots()
+        both = set(self.chunk_files())
+        out = self.gs_json("rm", snap1)
+        self.assertEqual((out["chunks_removed"], out["warnings"]), (2, []))
+        left = set(self.chunk_files())
+        self.assertEqual(len(left), 3)
+        self.assertLessEqual(both - first, left)  # the second snapshot's own chunks
+        self.assertEqual(len(left & first), 1)    # and the one it shares with the first
+        before = len(self.steps())
+        self.restore(snap2)
+        self.wait_steps(before + 5)
+        self.assert_steps_unbroken()
+        self.assertEqual(self.gs_json("rm", snap2)["chunks_removed"], 3)
+        self.assertEqual(os.listdir(os.path.join(self.store, "chunks")), [])
+        self.assert_goes_on()  # the restored worker has its memory on the device
+
+    def test_gc_dry_run_lists_orphans_and_gc_removes_them(self):
+        self.start()
+        snap = self.checkpoint("vmm")
+        chunks = self.chunk_files()
+        # Orphans as a crash leaves them: a snapshot gone without its chunks,
+        # and the temporary of a chunk write interrupted two hours ago.
+        shutil.rmtree(os.path.join(self.store, "snapshots", snap))
+        tmp = chunks[0] + ".tmp-999-00000000deadbeef"
+        with open(tmp, "wb") as f:
+            f.write(b"x" * 1000)
+        os.utime(tmp, (time.time() - 7200, time.time() - 7200))
+        orphans = sorted(chunks + [tmp])
+        out = self.gs_json("gc", "--dry-run")
+        self.assertTrue(out["dry_run"])
+        self.assertEqual(sorted(i["path"] for i in out["removed"]), orphans)
+        self.assertEqual(out["removed_bytes"], 76 * MIB + 1000)  # 64 + 6 + 6 MiB of chunks
+        self.assertEqual({i["reason"] for i in out["removed"]}, {"unreferenced", "stale temporary"})
+        text = self.gs("gc", "--dry-run").stdout
+        self.assertIn(f"would remove {tmp} (1000 B, stale temporary)", text)
+        self.assertIn("would remove 4 file(s), 76.0 MiB", text)
+        self.assertEqual(self.chunk_files(), orphans)  # nothing deleted
+        self.assertEqual(len(self.gs_json("gc")["removed"]), 4)
+        self.assertEqual(self.chunk_files(), [])
+
+    def test_a_corrupt_manifest_makes_gc_refuse_and_delete_nothing(self):
+        snap1, snap2, _ = self.two_snapshots()
+        before = self.chunk_files()
+        with open(self.manifest(snap2), "r+b") as f:
+            f.write(b"JUNK")
+        # The removal itself goes through; the collection after it does not.
+        p = self.gs("rm", snap1)
+        self.assertIn("are not collected yet", p.stderr)
+        self.assertIn(f"snapshot `{snap2}`: `{self.manifest(snap2)}` is not a chunk manifest", p.stderr)
+        self.assertEqual([s["id"] for s in self.snapshots()], [snap2])
+        self.assertEqual(self.chunk_files(), before)
+        for args in (["gc"], ["gc", "--dry-run"]):
+            p = self.gs(*args, check=False)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn("garbage collection refused, nothing deleted", p.stderr)
+            self.assertIn(self.manifest(snap2), p.stderr)
+        self.assertEqual(self.chunk_files(), before)
+
+    def test_gc_does_not_run_while_a_checkpoint_writes_chunks(self):
+        self.start()
+        # The checkpoint stops with its chunks written and its manifest not
+        # yet published: it holds the chunk store lock shared.
+        proc = subprocess.Popen([GPUSNAP, "checkpoint", "vmm"], env=dict(self.env, GPUSNAP_TEST_PAUSE_AT="post-dump"),
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(proc.stderr.close)
+        line, deadline = "", time.time() + 60
+        while time.time() < deadline and "paused at post-dump" not in line:
+            line = proc.stderr.readline()
+        self.assertIn("paused at post-dump", line)
+        chunks = self.chunk_files()
+        self.assertEqual(len(chunks), 3)
+        p = self.gs("gc", "--wait-s", "1", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(f"the chunk store lock `{self.store}/chunks.lock` is held by a checkpoint", p.stderr)
+        self.assertIn("waited 1000 ms", p.stderr)
+        self.assertEqual(self.chunk_files(), chunks)
+        # Once its writer is gone, the unfinished snapshot and its chunks are garbage.
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.assertEqual(len(self.gs_json("gc")["removed"]), 3)
+        self.assertEqual(self.chunk_files(), [])
+        self.assertEqual(self.tmp_dirs(), [])
 
 
 if __name__ == "__main__":
