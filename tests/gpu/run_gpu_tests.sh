@@ -366,7 +366,8 @@ ranks_job() {
   shift 2
   local cmd=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
   [ "$launcher" = plain ] && cmd=("$here/workloads/launch_ranks.sh" 2)
-  pid=$(NCCL_SOCKET_IFNAME=lo NCCL_CUMEM_HOST_ENABLE=0 gs run --gpushare --name "$name" --log "$OUT/$name.out" -- \
+  # Each job its own store port: a restored job keeps the port it had.
+  pid=$(MASTER_PORT=$((29500 + RANDOM % 400)) NCCL_SOCKET_IFNAME=lo NCCL_CUMEM_HOST_ENABLE=0 gs run --gpushare --name "$name" --log "$OUT/$name.out" -- \
     "${cmd[@]}" "$@") || { fail "run failed"; return 1; }
   reapers+=("$(reaper_of "$pid")")
 }
@@ -389,6 +390,15 @@ checkpoint_restore() {
   local i
   for ((i = 0; i < 100; i++)); do kill -0 "$src" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$src" 2>/dev/null && [ "$(ps -o stat= -p "$src")" != Z ] && { fail "source $src still runs"; return 1; }
+  # Connections the job closed shortly before (NCCL's bootstrap) hold their
+  # ports in TIME_WAIT for up to 60 s, and a listening socket restored on such
+  # a port cannot bind (the original bound it before): wait them out.
+  local waited=0
+  while grep -q '^ *[0-9]*: 0100007F:[0-9A-F]* 0100007F:[0-9A-F]* 06 ' /proc/net/tcp && [ $waited -lt 65 ]; do
+    sleep 1
+    waited=$((waited + 1))
+  done
+  echo "INFO: $name: waited ${waited} s for loopback TIME_WAIT sockets to clear"
   before=$(last_step "$OUT/$name.out")
   pid=$(timeout 300 "$GPUSNAP" restore "$snap") || { fail "restore failed"; return 1; }
   reapers+=("$(reaper_of "$pid")")
@@ -407,6 +417,7 @@ test_gpushare_nccl() {
   running nccl_cr 5 || return
   suspend_resume nccl_cr nccl_allreduce || return
   checkpoint_restore nccl_cr || return
+  kill "$(reaper_of "$pid")"
   passed "$1"
 }
 test_gpushare_tp2() {
