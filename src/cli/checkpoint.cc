@@ -23,7 +23,7 @@ double Total(const std::map<std::string, double>& timings) {
 const char* kAgentFooter =
     "Runs as a job of the node agent when one answers on its socket, else in this process (docs/AGENT.md).";
 
-void PrintCheckpoint(const Context& ctx, const Checkpointed& done) {
+void PrintCheckpoint(const Context& ctx, const CheckpointOptions&, const Checkpointed& done) {
   const SnapshotMeta& meta = done.meta;
   if (ctx.json) {
     nlohmann::json j = MetaSummary(meta);
@@ -36,7 +36,7 @@ void PrintCheckpoint(const Context& ctx, const Checkpointed& done) {
   std::printf("%s\n", meta.id.c_str());
 }
 
-void PrintRestore(const Context& ctx, const std::string& id, const Restored& done) {
+void PrintRestore(const Context& ctx, const RestoreOptions& o, const Restored& done) {
   const RestoreResult& r = done.result;
   if (ctx.json) {
     auto j = ToJson(r.workload);
@@ -46,9 +46,46 @@ void PrintRestore(const Context& ctx, const std::string& id, const Restored& don
     return ctx.PrintJson(j);
   }
   if (!ctx.quiet)
-    std::fprintf(stderr, "[restore] %s restored as `%s` in %.2f s\n", id.c_str(), r.workload.name.c_str(),
+    std::fprintf(stderr, "[restore] %s restored as `%s` in %.2f s\n", o.id.c_str(), r.workload.name.c_str(),
                  Total(r.timings_s));
   std::printf("%d\n", r.workload.pid);
+}
+
+// What checkpoint and restore share: the route, the progress display, the
+// operation through the agent or in this process, then the result or the error.
+template <typename Options, typename Done>
+void RunOperation(Context& ctx, const CLI::App& sub, const AgentFlags& agent, Options& o, const char* operation,
+                  const std::vector<std::string>& in_process_only,
+                  Result<Done> (*through_agent)(const std::string&, const Options&, ProgressDisplay&),
+                  Result<Done> (*in_process)(const Options&),
+                  void (*print)(const Context&, const Options&, const Done&)) {
+  auto route = RouteCommand(ctx, sub, agent, o.store, in_process_only);
+  if (!route.ok()) return ctx.Fail(route.status());
+  ProgressDisplay progress(ctx, operation);
+  Result<Done> done = Status::Error(Code::kInternal, "no {} ran", operation);
+  if (route->through_agent) {
+    done = through_agent(route->socket, o, progress);
+  } else {
+    if (!route->store.empty()) o.store = route->store;
+    o.progress = progress.Fn();
+    done = in_process(o);
+    o.progress = nullptr;  // it draws on `progress`, which ends here
+  }
+  progress.Finish(done.ok());
+  if (!done.ok()) return ctx.Fail(done.status());
+  print(ctx, o, *done);
+}
+
+Result<Checkpointed> CheckpointHere(const CheckpointOptions& o) {
+  auto meta = Checkpoint(o);
+  if (!meta.ok()) return meta.status();
+  return Checkpointed{std::move(meta).value(), ""};
+}
+
+Result<Restored> RestoreHere(const RestoreOptions& o) {
+  auto r = Restore(o);
+  if (!r.ok()) return r.status();
+  return Restored{std::move(r).value(), ""};
 }
 
 }  // namespace
@@ -74,24 +111,9 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
   AddAgentFlags(*sub, *agent);
   sub->footer(std::string("Prints the snapshot id on its last line (--json: an object). ") + kAgentFooter);
   sub->callback([&ctx, sub, opts, agent] {
-    auto route = RouteCommand(ctx, *sub, *agent, opts->store,
-                              {"--tcp-established", "--gpu-lock-timeout-ms", "--criu", "--timeout", "--verbose",
-                               "--criu-config"});
-    if (!route.ok()) return ctx.Fail(route.status());
-    ProgressDisplay progress(ctx, "checkpoint");
-    Result<Checkpointed> done = Status::Error(Code::kInternal, "no checkpoint ran");
-    if (route->through_agent) {
-      done = CheckpointThroughAgent(route->socket, *opts, progress);
-    } else {
-      if (!route->store.empty()) opts->store = route->store;
-      opts->progress = progress.Fn();
-      auto meta = Checkpoint(*opts);
-      if (meta.ok()) done = Checkpointed{std::move(meta).value(), ""};
-      else done = meta.status();
-    }
-    progress.Finish(done.ok());
-    if (!done.ok()) return ctx.Fail(done.status());
-    PrintCheckpoint(ctx, *done);
+    RunOperation(ctx, *sub, *agent, *opts, "checkpoint",
+                 {"--tcp-established", "--gpu-lock-timeout-ms", "--criu", "--timeout", "--verbose", "--criu-config"},
+                 CheckpointThroughAgent, CheckpointHere, PrintCheckpoint);
   });
 }
 
@@ -117,23 +139,8 @@ void AddRestore(CLI::App& app, Context& ctx) {
   AddAgentFlags(*sub, *agent);
   sub->footer(std::string("Prints the restored workload's host pid. ") + kAgentFooter);
   sub->callback([&ctx, sub, opts, agent] {
-    auto route = RouteCommand(ctx, *sub, *agent, opts->store,
-                              {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus"});
-    if (!route.ok()) return ctx.Fail(route.status());
-    ProgressDisplay progress(ctx, "restore");
-    Result<Restored> done = Status::Error(Code::kInternal, "no restore ran");
-    if (route->through_agent) {
-      done = RestoreThroughAgent(route->socket, *opts, progress);
-    } else {
-      if (!route->store.empty()) opts->store = route->store;
-      opts->progress = progress.Fn();
-      auto r = Restore(*opts);
-      if (r.ok()) done = Restored{std::move(r).value(), ""};
-      else done = r.status();
-    }
-    progress.Finish(done.ok());
-    if (!done.ok()) return ctx.Fail(done.status());
-    PrintRestore(ctx, opts->id, *done);
+    RunOperation(ctx, *sub, *agent, *opts, "restore", {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus"},
+                 RestoreThroughAgent, RestoreHere, PrintRestore);
   });
 }
 
