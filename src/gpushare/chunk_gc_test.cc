@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 
 #include "gpushare/chunk_store.h"
@@ -155,6 +156,7 @@ class ChunkGcStoreTest : public ::testing::Test {
   }
 
   bool Exists(const ChunkRef& ref) { return ::access(chunks_->ChunkPath(ref.digest).c_str(), F_OK) == 0; }
+  void ExpectRefusal(const std::function<void(const std::string& dir)>& spoil, Code code, const std::string& named);
 
   std::string root_;
   std::optional<Store> store_;
@@ -239,38 +241,34 @@ TEST_F(ChunkGcStoreTest, ManifestsOfSnapshotsBeingWrittenAndSuspendedProcessesCo
   EXPECT_FALSE(Exists(dead_ref));
 }
 
-TEST_F(ChunkGcStoreTest, ACorruptManifestRefusesNamingIt) {
+// Snapshot `a` and an orphan chunk; `spoil` breaks `a`; the collection must
+// refuse, with `code`, naming `named`, and delete nothing.
+void ChunkGcStoreTest::ExpectRefusal(const std::function<void(const std::string& dir)>& spoil, Code code,
+                                     const std::string& named) {
   ChunkRef orphan = Save('o');
   Publish("a", {Save('a')});
-  std::string manifest = store_->SnapshotDir("a") + "/gpu/2.chunks";
-  ASSERT_TRUE(WriteFileAtomic(manifest, "garbage").ok());
+  spoil(store_->SnapshotDir("a"));
   auto r = Collect(false);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_EQ(r.status().code(), code) << r.status().message();
   EXPECT_NE(r.status().message().find("refused, nothing deleted"), std::string::npos) << r.status().message();
-  EXPECT_NE(r.status().message().find(manifest), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(named), std::string::npos) << r.status().message();
   EXPECT_TRUE(Exists(orphan));
+}
+
+TEST_F(ChunkGcStoreTest, ACorruptManifestRefusesNamingIt) {
+  ExpectRefusal([](const std::string& dir) { ASSERT_TRUE(WriteFileAtomic(dir + "/gpu/2.chunks", "garbage").ok()); },
+                Code::kCorruption, store_->SnapshotDir("a") + "/gpu/2.chunks");
 }
 
 TEST_F(ChunkGcStoreTest, AMissingManifestOfAGpushareSnapshotRefuses) {
-  ChunkRef orphan = Save('o');
-  Publish("a", {Save('a')});
-  std::string manifest = store_->SnapshotDir("a") + "/gpu/2.chunks";
-  ASSERT_EQ(::unlink(manifest.c_str()), 0);
-  auto r = Collect(false);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find(manifest), std::string::npos) << r.status().message();
-  EXPECT_TRUE(Exists(orphan));
+  ExpectRefusal([](const std::string& dir) { ASSERT_EQ(::unlink((dir + "/gpu/2.chunks").c_str()), 0); },
+                Code::kNotFound, store_->SnapshotDir("a") + "/gpu/2.chunks");
 }
 
 TEST_F(ChunkGcStoreTest, AnUnreadableSnapshotRefuses) {
-  ChunkRef orphan = Save('o');
-  Publish("a", {Save('a')});
-  ASSERT_TRUE(WriteFileAtomic(store_->SnapshotDir("a") + "/gpusnap.json", "{").ok());
-  auto r = Collect(false);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("snapshot `a`"), std::string::npos) << r.status().message();
-  EXPECT_TRUE(Exists(orphan));
+  ExpectRefusal([](const std::string& dir) { ASSERT_TRUE(WriteFileAtomic(dir + "/gpusnap.json", "{").ok()); },
+                Code::kCorruption, "snapshot `a`");
 }
 
 TEST_F(ChunkGcStoreTest, OldTemporariesOfChunkWritesGo) {
