@@ -84,7 +84,7 @@ TEST(ControlProtocol, PeerCredentials) {
 
 TEST(ControlProtocol, ExportAndRemapNameTheirObject) {
   ControlRequest exp{ShimCommand::kExport, "", "", 10000, 0x7f0000200000};
-  EXPECT_EQ(FormatControlRequest(exp), "{\"cmd\":\"export\",\"object\":139637976989696}\n");
+  EXPECT_EQ(FormatControlRequest(exp), "{\"cmd\":\"export\",\"object\":139637978824704}\n");
   EXPECT_EQ(*ParseControlRequest(FormatControlRequest(exp)), exp);
   ControlRequest remap{ShimCommand::kRemap, "", "", 10000, 0x6753000000000002};
   EXPECT_EQ(*ParseControlRequest(FormatControlRequest(remap)), remap);

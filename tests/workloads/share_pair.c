@@ -43,37 +43,16 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef void *CUcontext;
+#include "driver_api.h"
+
 typedef struct {
   char reserved[64];
 } CUipcMemHandle;
-typedef struct {
-  int type;
-  int requestedHandleTypes;
-  struct {
-    int type;
-    int id;
-  } location;
-  void *win32HandleMetaData;
-  unsigned char allocFlags[8];
-} CUmemAllocationProp;
-typedef struct {
-  struct {
-    int type;
-    int id;
-  } location;
-  int flags;
-} CUmemAccessDesc;
 
 #define MIB ((size_t)1 << 20)
-#define CUDA_VERSION_ASKED 12080
 
 static struct {
-  CUresult (*GetProcAddress_v2)(const char *, void **, int, unsigned long long, int *);
+  GetProcAddressFn GetProcAddress_v2;
   CUresult (*Init)(unsigned);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*CtxSetCurrent)(CUcontext);
@@ -93,39 +72,10 @@ static struct {
   CUresult (*MemImportFromShareableHandle)(CUmemGenericAllocationHandle *, void *, int);
 } cu;
 
-static const char *role = "parent";
-
-static void die_cuda(const char *fn, CUresult rc) {
-  printf("CUDA error %s %d (%s)\n", fn, rc, role);
-  fflush(stdout);
-  exit(1);
-}
-#define CU(call, fn)                 \
-  do {                               \
-    CUresult rc_ = (call);           \
-    if (rc_ != 0) die_cuda(fn, rc_); \
-  } while (0)
-
-static void fetch(const char *name, void **slot) {
-  int status = -1;
-  CUresult rc = cu.GetProcAddress_v2(name, slot, CUDA_VERSION_ASKED, 0, &status);
-  if (rc != 0 || *slot == NULL) {
-    printf("CUDA error cuGetProcAddress_v2(%s) %d status %d\n", name, rc, status);
-    fflush(stdout);
-    exit(1);
-  }
-}
-#define FETCH(field) fetch("cu" #field, (void **)&cu.field)
+#define FETCH(field) fetch_entry(cu.GetProcAddress_v2, "cu" #field, (void **)&cu.field)
 
 static void load_driver(void) {
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    printf("CUDA error dlopen %s\n", dlerror());
-    exit(1);
-  }
-  void *entry = dlsym(lib, "cuGetProcAddress_v2");
-  memcpy(&cu.GetProcAddress_v2, &entry, sizeof entry);
-  if (cu.GetProcAddress_v2 == NULL) exit(1);
+  cu.GetProcAddress_v2 = open_driver();
   FETCH(Init);
   FETCH(DevicePrimaryCtxRetain);
   FETCH(CtxSetCurrent);
@@ -312,8 +262,7 @@ static int run_parent(int sock, int share_fd, size_t bytes, int device, int inte
 }
 
 static int run_child(int sock, int share_fd, int device) {
-  role = "child";
-  CUdeviceptr buf = 0;
+    CUdeviceptr buf = 0;
   struct hello h;
   int fd = -1;
   if (recv_msg(sock, &h, sizeof h, &fd) != sizeof h) return 1;

@@ -43,43 +43,17 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef void *CUcontext;
-typedef void *CUstream;
-typedef void *CUfunction;
-
-typedef struct {
-  int type; /* CU_MEM_ALLOCATION_TYPE_PINNED = 1 */
-  int requestedHandleTypes; /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1 */
-  struct {
-    int type; /* CU_MEM_LOCATION_TYPE_DEVICE = 1 */
-    int id;
-  } location;
-  void *win32HandleMetaData;
-  unsigned char allocFlags[8];
-} CUmemAllocationProp;
-
-typedef struct {
-  struct {
-    int type;
-    int id;
-  } location;
-  int flags; /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 */
-} CUmemAccessDesc;
+#include "driver_api.h"
 
 #define MIB ((size_t)1 << 20)
 #define CHECK_EDGE (64 * 1024)
 #define CHECK_WINDOW MIB
 #define CHUNK (4 * MIB)
 #define MAX_BUFFERS 64
-#define CUDA_VERSION_ASKED 12080 /* what a CUDA 12.8 cudart passes */
 
 /* The driver, as fetched through cuGetProcAddress_v2. */
 static struct {
-  CUresult (*GetProcAddress_v2)(const char *, void **, int, unsigned long long, int *);
+  GetProcAddressFn GetProcAddress_v2;
   CUresult (*Init)(unsigned);
   CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
   CUresult (*CtxSetCurrent)(CUcontext);
@@ -118,42 +92,11 @@ static void on_sigterm(int sig) {
   stop_requested = 1;
 }
 
-static void die_cuda(const char *fn, CUresult rc) {
-  printf("CUDA error %s %d\n", fn, rc);
-  fflush(stdout);
-  exit(1);
-}
-
-#define CU(call, fn)                  \
-  do {                                \
-    CUresult rc_ = (call);            \
-    if (rc_ != 0) die_cuda(fn, rc_);  \
-  } while (0)
-
-static void fetch(const char *name, void **slot) {
-  int status = -1;
-  CUresult rc = cu.GetProcAddress_v2(name, slot, CUDA_VERSION_ASKED, 0, &status);
-  if (rc != 0 || *slot == NULL) {
-    printf("CUDA error cuGetProcAddress_v2(%s) %d status %d\n", name, rc, status);
-    fflush(stdout);
-    exit(1);
-  }
-}
-#define FETCH(field) fetch("cu" #field, (void **)&cu.field)
+#define FETCH(field) fetch_entry(cu.GetProcAddress_v2, "cu" #field, (void **)&cu.field)
 
 static void load_driver(int vmm) {
   /* vmm: also the VMM calls, for --vmm-probe and --alloc vmm. */
-  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) {
-    printf("CUDA error dlopen %s\n", dlerror());
-    exit(1);
-  }
-  void *entry = dlsym(lib, "cuGetProcAddress_v2");
-  memcpy(&cu.GetProcAddress_v2, &entry, sizeof entry);
-  if (cu.GetProcAddress_v2 == NULL) {
-    printf("CUDA error dlsym cuGetProcAddress_v2 %s\n", dlerror());
-    exit(1);
-  }
+  cu.GetProcAddress_v2 = open_driver();
   FETCH(Init);
   FETCH(DevicePrimaryCtxRetain);
   FETCH(CtxSetCurrent);
