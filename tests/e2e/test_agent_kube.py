@@ -72,33 +72,30 @@ class TcpProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
+    @staticmethod
+    def _shut(*socks, close=False):
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            if close:
+                s.close()
+
     def _pipe(self, src, dst):
         try:
             while data := src.recv(65536):
                 dst.sendall(data)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        self._shut(src, dst)
         src.close()
 
     def cut(self):
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # ends the accept() blocked on it, so the port is free
-        except OSError:
-            pass
-        self.listener.close()
+        self._shut(self.listener, close=True)  # ends the accept() blocked on it, so the port is free
         with self.lock:
             conns, self.conns = self.conns, set()
-        for s in conns:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        self._shut(*conns, close=True)
 
 
 class KubeAgentCase(PlaceholderCase):
