@@ -92,6 +92,24 @@ class SharingFake(WorkerSteps, FakeGpuCase):
         self.assertIn("gpushare-remap", out["timings_s"])
         self.assert_goes_on()
 
+    def test_a_slow_drain_is_tried_again_in_longer_attempts(self):
+        # Every cuCtxSynchronize of the pair takes 300 ms: the first attempts
+        # of 200 ms give up (the shim says it timed out), gpusnap resumes both
+        # and tries again, longer, and the fifth (400 ms) gets there.
+        self.env = dict(self.env, FAKE_CUDA_HANG_MS="cuCtxSynchronize:300")
+        parent, child = self.start()
+        out = self.gs_json("gpushare", "suspend", str(parent), str(child))
+        self.assertEqual([p["state"] for p in out["pids"]], ["released", "released"])
+        self.assertGreaterEqual(out["timings_s"]["gpushare-quiesce-retries"], 4)
+        self.gs_json("gpushare", "resume", str(parent), str(child))
+        self.assert_goes_on(3)
+        # Within a timeout too short for any attempt to get there, it fails and both run on.
+        p = self.gs("gpushare", "suspend", "--timeout-ms", "250", str(parent), str(child), check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("did not finish within", p.stderr)
+        self.assertEqual([s["state"] for s in self.state(parent, child)], ["running", "running"])
+        self.assert_goes_on(3)
+
     def test_checkpoint_and_restore_into_a_new_namespace(self):
         self.start()
         snap = self.checkpoint("pair")

@@ -23,7 +23,8 @@
 //   FAKE_CUDA_FAIL_FILE=path     more such entries, read from this file at every call (arm a failure later)
 //   FAKE_CUDA_DELAY_MS=n         sleep n ms in lock, checkpoint, restore and unlock (before the state changes)
 //   FAKE_CUDA_DRIVER_VERSION=n   what cuDriverGetVersion says (default 13000)
-//   FAKE_CUDA_HANG_MS=fn:ms      make one function take ms milliseconds
+//   FAKE_CUDA_HANG_MS=fn:ms      make one function take ms milliseconds (a checkpoint-API
+//                                transition, or cuCtxSynchronize: GPU work slow to drain)
 //   FAKE_CUDA_STATE_FILE=path    keep the per-pid states in this file, so they outlive the process
 //   FAKE_CUDA_MEM_BYTES=n        device memory per process for cuMemGetInfo_v2 and out-of-memory (default 16 GiB)
 //   (a process mapping /dev/nvidia-gpusnap-test-* keeps its state in that file instead)
@@ -131,13 +132,17 @@ void Log(long long start, const char* fn, int pid, CUresult rc, const std::strin
 
 // FAKE_CUDA_DELAY_MS for every transition; FAKE_CUDA_HANG_MS="fn:ms" for one
 // function only (a driver call that takes far too long).
+int HangMs(const char* fn) {
+  const char* hang = std::getenv("FAKE_CUDA_HANG_MS");
+  const char* colon = hang ? std::strchr(hang, ':') : nullptr;
+  if (colon && std::strncmp(hang, fn, static_cast<size_t>(colon - hang)) == 0 &&
+      std::strlen(fn) == static_cast<size_t>(colon - hang))
+    return std::atoi(colon + 1);
+  return -1;
+}
 void Delay(const char* fn) {
-  int ms = EnvInt("FAKE_CUDA_DELAY_MS", 0);
-  if (const char* hang = std::getenv("FAKE_CUDA_HANG_MS")) {
-    const char* colon = std::strchr(hang, ':');
-    if (colon && std::strncmp(hang, fn, static_cast<size_t>(colon - hang)) == 0 && std::strlen(fn) == static_cast<size_t>(colon - hang))
-      ms = std::atoi(colon + 1);
-  }
+  int ms = HangMs(fn);
+  if (ms < 0) ms = EnvInt("FAKE_CUDA_DELAY_MS", 0);
   if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
@@ -816,7 +821,11 @@ FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* device) {
 }
 
 FAKE_EXPORT CUresult cuCtxSynchronize() {
-  return Call("cuCtxSynchronize", "", [&](std::string&) { return CUDA_SUCCESS; });
+  return Call("cuCtxSynchronize", "", [&](std::string&) {
+    // FAKE_CUDA_HANG_MS=cuCtxSynchronize:N: work on the GPU that takes N ms to drain.
+    if (int ms = HangMs("cuCtxSynchronize"); ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return CUDA_SUCCESS;
+  });
 }
 
 // --- plain device memory
