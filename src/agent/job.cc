@@ -1,5 +1,8 @@
 #include "agent/job.h"
 
+#include <limits>
+#include <stdexcept>
+
 #include <nlohmann/json.hpp>
 
 #include "agent/request.h"
@@ -78,6 +81,24 @@ std::string JobToJson(const Job& job) {
   return j.dump(2) + "\n";
 }
 
+// An integer field read exactly: a float, a negative or a value out of T's
+// range is a corrupt record, not a conversion (which would be undefined).
+template <typename T>
+T IntegerField(const Json& obj, const char* key, T fallback) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return fallback;
+  if (it->is_number_unsigned()) {
+    auto v = it->get<uint64_t>();
+    if (v <= static_cast<uint64_t>(std::numeric_limits<T>::max())) return static_cast<T>(v);
+  } else if (it->is_number_integer()) {
+    auto v = it->get<int64_t>();
+    if (v >= static_cast<int64_t>(std::numeric_limits<T>::min()) &&
+        (v < 0 || static_cast<uint64_t>(v) <= static_cast<uint64_t>(std::numeric_limits<T>::max())))
+      return static_cast<T>(v);
+  }
+  throw std::out_of_range(fmt::format("`{}` is not an integer of its range: {}", key, it->dump()));
+}
+
 Result<Job> JobFromJson(std::string_view text) {
   Json j;
   try {
@@ -105,16 +126,21 @@ Result<Job> JobFromJson(std::string_view text) {
     job.lock_key = j.value("lockKey", "");
     job.created = j.value("created", "");
     job.finished = j.value("finished", "");
-    job.bytes_done = j.value("bytesDone", uint64_t{0});
-    job.bytes_total = j.value("bytesTotal", uint64_t{0});
+    job.bytes_done = IntegerField<uint64_t>(j, "bytesDone", 0);
+    job.bytes_total = IntegerField<uint64_t>(j, "bytesTotal", 0);
     job.timings_s = j.value("timings", std::map<std::string, double>{});
     job.error = j.value("error", "");
     job.snapshot = j.value("snapshot", "");
-    job.restored_pid = j.value("restoredPid", 0);
+    job.restored_pid = IntegerField<int>(j, "restoredPid", 0);
     job.restored_name = j.value("restoredName", "");
-    for (const auto& p : j.value("source", Json::array()))
-      job.source.push_back({p.at("pid").get<pid_t>(), p.at("startTime").get<uint64_t>()});
+    for (const auto& p : j.value("source", Json::array())) {
+      if (!p.is_object() || !p.contains("pid") || !p.contains("startTime"))
+        return Status::Error(Code::kCorruption, "job record: a source without pid and startTime");
+      job.source.push_back({IntegerField<pid_t>(p, "pid", 0), IntegerField<uint64_t>(p, "startTime", 0)});
+    }
   } catch (const Json::exception& e) {
+    return Status::Error(Code::kCorruption, "job record: {}", e.what());
+  } catch (const std::out_of_range& e) {
     return Status::Error(Code::kCorruption, "job record: {}", e.what());
   }
   if (!IsValidJobId(job.id)) return Status::Error(Code::kCorruption, "job record: invalid id `{}`", job.id);

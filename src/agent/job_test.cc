@@ -80,5 +80,21 @@ TEST(AgentJob, ForeignRecordsAreCorruption) {
             Code::kCorruption);
 }
 
+TEST(AgentJob, NumbersOutOfTheirRangeAreCorruptionNotConversions) {
+  // Found by the fuzzer: a float far beyond uint64 converted to an integer.
+  const std::string head = R"({"id": "job-0123456789abcdef", "kind": "checkpoint", "state": "running", )";
+  for (const char* tail : {R"("source": [{"pid": 0, "startTime": 1111111111111111111111111111111119}]})",
+                           R"("source": [{"pid": 4294967296, "startTime": 1}]})", R"("source": [{"pid": 1}]})",
+                           R"("source": [7]})", R"("bytesDone": -1})", R"("bytesTotal": 1.5})",
+                           R"("restoredPid": 99999999999})"}) {
+    auto job = JobFromJson(head + tail);
+    ASSERT_FALSE(job.ok()) << tail;
+    EXPECT_EQ(job.status().code(), Code::kCorruption) << tail;
+  }
+  auto fine = JobFromJson(head + R"("source": [{"pid": 7, "startTime": 18446744073709551615}], "bytesDone": 3})");
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  EXPECT_EQ(fine->source.front().start_time, 18446744073709551615ull);
+}
+
 }  // namespace
 }  // namespace gpusnap::agent
