@@ -1,10 +1,8 @@
 #include "gpushare/tree.h"
 
 #include <linux/kcmp.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -139,7 +137,7 @@ Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::strin
     }));
     if (st.ok() || st.code() != Code::kTimeout || Clock::now() + std::chrono::milliseconds(attempt_ms) > deadline)
       break;
-    OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
+    (void)ResumeAll(procs);
     // A pause of varying length, so the next attempt lands elsewhere in the work's rhythm.
     std::this_thread::sleep_for(std::chrono::milliseconds(5 + 17 * (attempt % 7)));
     timings["gpushare-quiesce-retries"] = attempt;
@@ -147,7 +145,7 @@ Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::strin
   timings["gpushare-quiesce"] = SecondsSince(t0);
   if (st.ok()) st = RecordShares(procs, manifest_of);
   if (!st.ok()) {
-    OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
+    (void)ResumeAll(procs);
     return st;
   }
   auto t1 = Clock::now();
@@ -162,7 +160,7 @@ Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::strin
       return released[i].ok() ? Command(p, ShimCommand::kLoad, chunk_store, manifest_of(p)) : Status::Ok();
     });
     (void)RemapShares(procs, manifest_of);
-    OnEach(procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kResume); });
+    (void)ResumeAll(procs);
     return st;
   }
   return Status::Ok();

@@ -31,10 +31,6 @@ const char* StateName(ShimState s) {
   return "?";
 }
 
-Status DriverError(const char* fn, abi::CUresult rc) {
-  return Status::Error(Code::kExternal, "{}", Real().Describe(fn, rc));
-}
-
 #define SHIM_CU(call, name)                                     \
   do {                                                          \
     abi::CUresult _rc = (call);                                 \
@@ -168,6 +164,20 @@ Status InjectedFailure(const char* step) {
 }
 
 }  // namespace
+
+abi::CUresult MapAt(uint64_t va, uint64_t size, uint64_t offset, abi::CUmemGenericAllocationHandle handle) {
+  const RealDriver& d = Real();
+  abi::CUresult rc = d.mem_map(va, size, offset, handle, 0);
+  if (rc == abi::CUDA_SUCCESS) return rc;
+  // The reservation did not come back with the process: take the same range again.
+  abi::CUdeviceptr got = 0;
+  if (d.address_reserve(&got, size, 0, va, 0) != abi::CUDA_SUCCESS) return rc;
+  if (got != va) {
+    d.address_free(got, size);
+    return rc;
+  }
+  return d.mem_map(va, size, offset, handle, 0);
+}
 
 DeviceMemory& DeviceMemory::Get() {
   static DeviceMemory* memory = new DeviceMemory();  // never destroyed: hooks may run during exit
@@ -409,13 +419,7 @@ Status DeviceMemory::MapAll(std::vector<TrackedAllocation>& allocs) {
       rc = d.mem_create(&handle, a.size, &prop, 0);
     }
     if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemCreate", rc).Wrap(fmt::format("{:#x}", a.va));
-    rc = d.mem_map(a.va, a.size, 0, handle, 0);
-    if (rc != abi::CUDA_SUCCESS) {
-      // The reservation did not come back with the process: take the same range again.
-      abi::CUdeviceptr got = 0;
-      if (d.address_reserve(&got, a.size, 0, a.va, 0) == abi::CUDA_SUCCESS && got != a.va) d.address_free(got, a.size);
-      rc = got == a.va ? d.mem_map(a.va, a.size, 0, handle, 0) : rc;
-    }
+    rc = MapAt(a.va, a.size, 0, handle);
     abi::CUmemAccessDesc access{{abi::CU_MEM_LOCATION_TYPE_DEVICE, a.device}, abi::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     if (rc == abi::CUDA_SUCCESS) rc = d.mem_set_access(a.va, a.size, &access, 1);
     if (rc != abi::CUDA_SUCCESS) {

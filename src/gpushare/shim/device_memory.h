@@ -37,6 +37,10 @@ inline constexpr uint64_t kVmmMinBytes = 2ull << 20;
 
 enum class ShimState { kRunning, kQuiesced, kReleased };
 
+// Maps `handle` at `va` (load, remap); when the restored process lost the
+// reservation there, takes the same range again first.
+abi::CUresult MapAt(uint64_t va, uint64_t size, uint64_t offset, abi::CUmemGenericAllocationHandle handle);
+
 class DeviceMemory {
  public:
   static DeviceMemory& Get();

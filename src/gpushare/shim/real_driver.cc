@@ -64,6 +64,10 @@ const RealDriver& Real() {
   return *driver;
 }
 
+Status DriverError(const char* fn, abi::CUresult rc) {
+  return Status::Error(Code::kExternal, "{}", Real().Describe(fn, rc));
+}
+
 std::string RealDriver::Describe(const char* fn, abi::CUresult rc) const {
   const char* name = nullptr;
   if (get_error_name == nullptr || get_error_name(rc, &name) != abi::CUDA_SUCCESS || name == nullptr)

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cuda/driver_abi.h"
+#include "gpusnap/status.h"
 
 namespace gpusnap::gpushare {
 
@@ -46,6 +47,9 @@ struct RealDriver {
 
 // Resolved once, on first use. REQUIRES: libcuda.so.1 loadable.
 const RealDriver& Real();
+
+// kExternal: "cuMemMap: CUDA_ERROR_INVALID_VALUE (1)".
+Status DriverError(const char* fn, abi::CUresult rc);
 
 // The libc dlsym, not ours.
 void* RealDlsym(void* handle, const char* name);

@@ -19,28 +19,9 @@
 namespace gpusnap::gpushare {
 namespace {
 
-Status DriverError(const char* fn, abi::CUresult rc) {
-  return Status::Error(Code::kExternal, "{}", Real().Describe(fn, rc));
-}
-
 uint64_t CurrentContext() {
   abi::CUcontext ctx = nullptr;
   return Real().ctx_get_current(&ctx) == abi::CUDA_SUCCESS ? reinterpret_cast<uint64_t>(ctx) : 0;
-}
-
-// Maps `handle` at `va`; if the restored process lost the reservation there,
-// takes the same range again first.
-abi::CUresult MapAt(uint64_t va, uint64_t size, uint64_t offset, abi::CUmemGenericAllocationHandle handle) {
-  const RealDriver& d = Real();
-  abi::CUresult rc = d.mem_map(va, size, offset, handle, 0);
-  if (rc == abi::CUDA_SUCCESS) return rc;
-  abi::CUdeviceptr got = 0;
-  if (d.address_reserve(&got, size, 0, va, 0) != abi::CUDA_SUCCESS) return rc;
-  if (got != va) {
-    d.address_free(got, size);
-    return rc;
-  }
-  return d.mem_map(va, size, offset, handle, 0);
 }
 
 abi::CUresult GrantAccess(const VmmMapping& m) {
