@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <sstream>
@@ -100,6 +101,36 @@ uint64_t NamespaceId(pid_t pid, const char* kind) {
   std::string path = "/proc/" + std::to_string(pid) + "/ns/" + kind;
   if (::stat(path.c_str(), &st) != 0) return 0;
   return st.st_ino;
+}
+
+std::vector<std::pair<int, std::string>> OpenFiles(pid_t pid) {
+  std::vector<std::pair<int, std::string>> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(PidPath(pid, "fd"), ec)) {
+    std::error_code link_ec;
+    auto target = std::filesystem::read_symlink(e.path(), link_ec);
+    if (!link_ec) out.emplace_back(std::atoi(e.path().filename().c_str()), target.string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> MappedPaths(pid_t pid) {
+  std::vector<std::string> out;
+  auto maps = ReadFile(PidPath(pid, "maps"));
+  if (!maps.ok()) return out;
+  std::istringstream in(*maps);
+  std::string line;
+  while (std::getline(in, line)) {
+    // address perms offset dev inode [path]: the path starts after five fields.
+    std::istringstream fields(line);
+    std::string skip;
+    for (int i = 0; i < 5; ++i) fields >> skip;
+    std::string path;
+    std::getline(fields >> std::ws, path);
+    if (!path.empty()) out.push_back(path);
+  }
+  return out;
 }
 
 bool UsesNvidiaGpu(pid_t pid) {

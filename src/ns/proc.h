@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpusnap/status.h"
@@ -37,6 +38,13 @@ std::vector<std::string> Cmdline(pid_t pid);
 
 // The namespace identity (inode of /proc/<pid>/ns/<kind>), 0 if unreadable.
 uint64_t NamespaceId(pid_t pid, const char* kind);
+
+// What each open file descriptor of the process names (the /proc/<pid>/fd
+// links: a path, "pipe:[..]", "anon_inode:[..]"), by descriptor; empty if
+// the process is gone or unreadable.
+std::vector<std::pair<int, std::string>> OpenFiles(pid_t pid);
+// The path column of /proc/<pid>/maps, one entry per mapping that names one.
+std::vector<std::string> MappedPaths(pid_t pid);
 
 // True if the process maps an NVIDIA device file (/dev/nvidia*): it holds a
 // CUDA context.

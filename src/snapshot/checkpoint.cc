@@ -27,6 +27,7 @@
 #include "ns/proc.h"
 #include "gpushare/chunk_lock.h"
 #include "gpushare/tree.h"
+#include "snapshot/checkpointable.h"
 #include "snapshot/gpu.h"
 #include "gpusnap/operations.h"
 #include "snapshot/container_files.h"
@@ -77,6 +78,7 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   // 1. The tree and CRIU.
   phases.Start("resolve");
   GPUSNAP_ASSIGN_OR_RETURN(auto target, ResolveTarget(options.target));
+  GPUSNAP_RETURN_IF_ERROR(CheckCheckpointable(target.tree));
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
   GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, options.tcp_established));
   std::vector<pid_t> gpu_pids = gpu::FindGpuProcesses(target.tree);

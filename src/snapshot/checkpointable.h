@@ -1,0 +1,31 @@
+// What CRIU cannot take, found before anything is frozen: a tree holding it
+// is refused up front, naming the process and the file, instead of failing
+// halfway through the dump with CRIU's log as the only explanation.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpusnap/status.h"
+
+namespace gpusnap {
+
+struct ProcessFiles {
+  pid_t pid = 0;
+  std::vector<std::string> cmdline;
+  std::vector<std::pair<int, std::string>> fds;  // descriptor, what /proc/<pid>/fd says it is
+  std::vector<std::string> mapped;                // the path column of /proc/<pid>/maps
+};
+
+// kFailedPrecondition naming the first process that holds what CRIU cannot
+// checkpoint (an io_uring instance, open or only mapped), and what to do
+// about it; Ok otherwise.
+Status CheckCheckpointable(const std::vector<ProcessFiles>& tree);
+
+// The same over the live processes (reads /proc).
+Status CheckCheckpointable(const std::vector<pid_t>& tree);
+
+}  // namespace gpusnap
