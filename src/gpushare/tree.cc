@@ -29,13 +29,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Runs `fn` on every process at once; the statuses in order.
+// Runs `fn` on every process at once; the statuses in order. With a phase
+// name, each process's own time goes into `timings` as "<phase>.pid<ns pid>":
+// the slowest rank sets the phase's time, and these say which one it was.
 template <typename Fn>
-std::vector<Status> OnEach(const std::vector<ShimProcess>& procs, Fn fn) {
+std::vector<Status> OnEach(const std::vector<ShimProcess>& procs, Fn fn,
+                           std::map<std::string, double>* timings = nullptr, const char* phase = nullptr) {
+  std::vector<double> seconds(procs.size(), 0);
   std::vector<std::future<Status>> futures;
-  for (const ShimProcess& p : procs) futures.push_back(std::async(std::launch::async, [&fn, &p] { return fn(p); }));
+  for (size_t i = 0; i < procs.size(); ++i)
+    futures.push_back(std::async(std::launch::async, [&fn, &procs, &seconds, i] {
+      auto t0 = Clock::now();
+      Status st = fn(procs[i]);
+      seconds[i] = SecondsSince(t0);
+      return st;
+    }));
   std::vector<Status> out;
   for (auto& f : futures) out.push_back(f.get());
+  if (timings != nullptr && procs.size() > 1)
+    for (size_t i = 0; i < procs.size(); ++i) (*timings)[fmt::format("{}.pid{}", phase, procs[i].ns_pid)] = seconds[i];
   return out;
 }
 
@@ -149,9 +161,9 @@ Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::strin
     return st;
   }
   auto t1 = Clock::now();
-  std::vector<Status> released = OnEach(procs, [&](const ShimProcess& p) {
-    return Command(p, ShimCommand::kRelease, chunk_store, manifest_of(p));
-  });
+  std::vector<Status> released = OnEach(
+      procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kRelease, chunk_store, manifest_of(p)); },
+      &timings, "gpushare-release");
   timings["gpushare-release"] = SecondsSince(t1);
   if (st = FirstError(released); !st.ok()) {
     // A failed release rolled itself back; the others come back from their chunks.
@@ -177,7 +189,7 @@ Status LoadAndResume(const std::vector<ShimProcess>& procs, const std::string& c
       if (state.value("state", "") != "released") return Status::Ok();
     }
     return Command(p, ShimCommand::kLoad, chunk_store, manifest_of(p));
-  });
+  }, &timings, "gpushare-load");
   timings["gpushare-load"] = SecondsSince(t0);
   GPUSNAP_RETURN_IF_ERROR(FirstError(loaded));
   auto t_remap = Clock::now();

@@ -216,7 +216,13 @@ Status Resume(const cuda::Driver& driver, const std::vector<pid_t>& pids, const 
     frozen.push_back(std::move(f));
     GPUSNAP_RETURN_IF_ERROR(ns::Continue(pids[i]));  // the restore thread runs, no other
   }
-  GPUSNAP_RETURN_IF_ERROR(FromReport(cuda::RestoreAll(driver, pids, map)));
+  cuda::Report restored = cuda::RestoreAll(driver, pids, map);
+  if (pids.size() > 1)  // each process's own share, by the pid its namespace knows it by, as the gpushare phases are
+    for (const auto& p : restored.pids) {
+      auto nspids = proc::NsPids(p.pid);
+      if (nspids.ok()) timings[fmt::format("gpu-restore.pid{}", nspids->back())] = p.seconds;
+    }
+  GPUSNAP_RETURN_IF_ERROR(FromReport(restored));
   timings["gpu-restore"] = Since(t);
   t = Clock::now();
   GPUSNAP_RETURN_IF_ERROR(FromReport(cuda::UnlockAll(driver, pids)));

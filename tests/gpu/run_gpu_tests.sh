@@ -353,22 +353,17 @@ test_gpushare_release_failure() {
   passed "$1"
 }
 
-# gpushare (b) and (c): jobs of 2 ranks over NCCL, one GPU each (NVLink P2P,
-# multicast off). Under torchrun the ranks are suspended in place and resumed.
-# torchrun's own agent maps io_uring (its rendezvous store), which CRIU cannot
-# dump, so the job checkpointed and restored into a new pid namespace as a
-# whole is started by workloads/launch_ranks.sh instead (rank 0 holds the
-# store). Needs 2 GPUs.
+# gpushare (b) and (c): torchrun jobs of 2 ranks over NCCL, one GPU each
+# (NVLink P2P, multicast off), checkpointed whole: torchrun's agent, its
+# rendezvous store and the ranks with their TCP connections. Under the shim
+# libuv gets no io_uring (which CRIU cannot dump) and runs on epoll. Needs 2 GPUs.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# ranks_job NAME LAUNCHER SCRIPT ARGS...: sets $pid (the launcher)
-ranks_job() {
-  local name=$1 launcher=$2
-  shift 2
-  local cmd=(python3 -m torch.distributed.run --standalone --nproc-per-node 2)
-  [ "$launcher" = plain ] && cmd=("$here/workloads/launch_ranks.sh" 2)
-  # Each job its own store port: a restored job keeps the port it had.
-  pid=$(MASTER_PORT=$((29500 + RANDOM % 400)) NCCL_SOCKET_IFNAME=lo NCCL_CUMEM_HOST_ENABLE=0 gs run --gpushare --name "$name" --log "$OUT/$name.out" -- \
-    "${cmd[@]}" "$@") || { fail "run failed"; return 1; }
+# torchrun_job NAME SCRIPT ARGS...: sets $pid (torchrun's agent)
+torchrun_job() {
+  local name=$1
+  shift
+  pid=$(NCCL_SOCKET_IFNAME=lo NCCL_CUMEM_HOST_ENABLE=0 gs run --gpushare --name "$name" --log "$OUT/$name.out" -- \
+    python3 -m torch.distributed.run --standalone --nproc-per-node 2 "$@") || { fail "run failed"; return 1; }
   reapers+=("$(reaper_of "$pid")")
 }
 ranks_of() { pgrep -P "$1" -f "$2" | tr '\n' ' '; }
@@ -382,9 +377,11 @@ suspend_resume() {
   gs gpushare resume $ranks || { fail "gpushare resume failed"; return 1; }
   goes_on "$name" "$(last_step "$OUT/$name.out")"
 }
-# checkpoint_restore NAME: the whole job, with its TCP connections, into a new pid namespace.
+# checkpoint_restore NAME [RESTORE FLAGS...]: the whole job, with its TCP
+# connections, into a new pid namespace.
 checkpoint_restore() {
   local name=$1 snap src=$pid
+  shift
   snap=$(timeout 300 "$GPUSNAP" checkpoint -q --tcp-established "$name") || { fail "checkpoint failed"; return 1; }
   # The restored sockets take the same ports: the source must be gone first.
   local i
@@ -400,36 +397,44 @@ checkpoint_restore() {
   done
   echo "INFO: $name: waited ${waited} s for loopback TIME_WAIT sockets to clear"
   before=$(last_step "$OUT/$name.out")
-  pid=$(timeout 300 "$GPUSNAP" restore "$snap") || { fail "restore failed"; return 1; }
+  pid=$(timeout 300 "$GPUSNAP" restore "$snap" "$@") || { fail "restore $* failed"; return 1; }
   reapers+=("$(reaper_of "$pid")")
   goes_on "$name" "$before"
 }
 two_gpus() { [ "$(nvidia-smi -L | grep -c '^GPU ')" -ge 2 ] || { echo "SKIP: $current: needs 2 GPUs"; return 1; }; }
 test_gpushare_nccl() {
-  current="gpushare (b): 2 ranks, an NCCL all-reduce every step: suspend/resume under torchrun, checkpoint/restore"
+  current="gpushare (b): a torchrun job of 2 ranks, an NCCL all-reduce every step: suspend/resume, checkpoint/restore"
   two_gpus || return
-  local w=$here/workloads/nccl_allreduce.py
-  ranks_job nccl torchrun "$w" --mib 64 --weights-mib 1024 || return
+  torchrun_job nccl "$here/workloads/nccl_allreduce.py" --mib 64 --weights-mib 1024 || return
   running nccl 5 || return
   suspend_resume nccl nccl_allreduce || return
-  kill "$(reaper_of "$pid")"
-  ranks_job nccl_cr plain "$w" --mib 64 --weights-mib 1024 || return
-  running nccl_cr 5 || return
-  suspend_resume nccl_cr nccl_allreduce || return
-  checkpoint_restore nccl_cr || return
+  checkpoint_restore nccl || return
   kill "$(reaper_of "$pid")"
   passed "$1"
 }
+# The GPUs each rank of the job under $pid holds memory on, in rank order:
+# "rank0-uuid rank1-uuid" (several GPUs of one rank joined by +).
+rank_gpus() {
+  local r
+  for r in $(ranks_of "$pid" "$1"); do
+    echo "$(tr '\0' '\n' <"/proc/$r/environ" | sed -n 's/^LOCAL_RANK=//p') $(gpu_mem_of "$r" | paste -sd+)"
+  done | sort -n | cut -d' ' -f2 | paste -sd' '
+}
 test_gpushare_tp2() {
-  local model=${GPU_TEST_TP_MODEL:-1b}
-  current="gpushare (c): a TP=2 Llama ($model) generating tokens: identical after suspend/resume and checkpoint/restore"
+  local model=${GPU_TEST_TP_MODEL:-1b} gpus swapped
+  current="gpushare (c): a TP=2 Llama ($model) under torchrun generating tokens: identical after suspend/resume, checkpoint/restore, and a restore with its GPUs swapped"
   two_gpus || return
-  ranks_job tp2 plain "$here/workloads/tp_llama.py" --model "$model" \
+  torchrun_job tp2 "$here/workloads/tp_llama.py" --model "$model" \
     --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" --tokens 16 || return
   running tp2 3 || return
   grep -m1 '^TOKENS' "$OUT/tp2.out"
   suspend_resume tp2 tp_llama || return
   checkpoint_restore tp2 || return
+  gpus=$(rank_gpus tp_llama)
+  checkpoint_restore tp2 --gpu-map 0=1,1=0 || return
+  swapped=$(rank_gpus tp_llama)
+  echo "INFO: tp2: the ranks' GPUs: $gpus before, $swapped after --gpu-map 0=1,1=0"
+  [ "$(echo $gpus | awk '{ print $2, $1 }')" = "$(echo $swapped)" ] || fail "the ranks did not swap GPUs: $gpus, then $swapped"
   # Every step's tokens hash the same as the first step's.
   [ "$(grep -oE 'sum [0-9]+' "$OUT/tp2.out" | sort -u | wc -l)" = 1 ] || { fail "the tokens changed"; return; }
   passed "$1"
