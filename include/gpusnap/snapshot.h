@@ -16,7 +16,7 @@ namespace gpusnap {
 // Major version: a reader refuses any other. Minor: fields added since, each
 // optional with a written default.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 3;  // 1.1: `gpu`; 1.2: `digest`; 1.3: `gpu.gpushare`
+inline constexpr int kSchemaMinor = 4;  // 1.1: `gpu`; 1.2: `digest`; 1.3: `gpu.gpushare`; 1.4: `criu.listen_ports`
 
 struct SnapshotSource {
   std::string kind;                // "workload" (started by `gpusnap run`) or "pid"
@@ -68,6 +68,7 @@ struct SnapshotMeta {
   std::string criu_version;
   bool tcp_established = false;    // restore must pass the same option
   bool shell_job = false;          // the tree's session was led from outside it; restore passes the same
+  std::vector<int> listen_ports;   // TCP ports the tree listened on: a restore must bind them again
   std::vector<int> pids;           // every task in the tree (host pids at dump)
   uint64_t total_bytes = 0;        // sum of the files below
   std::string digest = "sha256";                // how files[].sha256 was computed (store/digest.h)

@@ -33,6 +33,7 @@
 #include "snapshot/container_files.h"
 #include "snapshot/format.h"
 #include "snapshot/phases.h"
+#include "snapshot/tcp_ports.h"
 #include "snapshot/target.h"
 #include "store/store.h"
 #include "util/fd.h"
@@ -117,6 +118,7 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   SnapshotMeta meta = DescribeSource(target, id, fmt::format("{}.{}", features.version_major, features.version_minor),
                                      options.tcp_established);
   meta.gpu = gpu_state;
+  for (uint16_t port : TreeListeningPorts(target.tree)) meta.listen_ports.push_back(port);
   if (meta.gpu && meta.gpu->gpushare) meta.gpu->chunk_store = store.root();
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kConfigDump, ConfigDumpJson(meta, target.started)));
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kSpecDump, SpecDumpJson(meta)));

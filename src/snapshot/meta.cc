@@ -32,7 +32,11 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
         {"ns_pid", m.source.ns_pid},
         {"cmdline", m.source.cmdline},
         {"log", m.source.log}}},
-      {"criu", {{"version", m.criu_version}, {"tcp_established", m.tcp_established}, {"shell_job", m.shell_job}}},
+      {"criu",
+       {{"version", m.criu_version},
+        {"tcp_established", m.tcp_established},
+        {"shell_job", m.shell_job},
+        {"listen_ports", m.listen_ports}}},
       {"pids", m.pids},
       {"total_bytes", m.total_bytes},
       {"digest", m.digest},
@@ -122,6 +126,7 @@ Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
     r.Get(*c, "version", m.criu_version);
     r.Get(*c, "tcp_established", m.tcp_established, false);
     r.Get(*c, "shell_job", m.shell_job, false);
+    r.Get(*c, "listen_ports", m.listen_ports, false);  // absent before 1.4
   }
   r.Get(j, "pids", m.pids, false);
   r.Get(j, "total_bytes", m.total_bytes, false);

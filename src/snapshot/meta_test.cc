@@ -15,6 +15,7 @@ SnapshotMeta Sample() {
   m.source = {"workload", "counter", 4711, 2, {"/bin/counter", "-n", "3"}, "/run/gpusnap/logs/counter.log"};
   m.criu_version = "4.3";
   m.pids = {4711, 4712};
+  m.listen_ports = {29777};
   m.files["checkpoint/pages-1.img"] = {4096, std::string(64, 'a')};
   m.total_bytes = 4096;
   m.timings_s["dump"] = 0.25;
@@ -28,13 +29,14 @@ TEST(SnapshotMeta, RoundTrips) {
   EXPECT_EQ(parsed->source.cmdline, Sample().source.cmdline);
   EXPECT_EQ(parsed->source.ns_pid, 2);
   EXPECT_EQ(parsed->pids, Sample().pids);
+  EXPECT_EQ(parsed->listen_ports, std::vector<int>{29777});
   EXPECT_EQ(parsed->files.at("checkpoint/pages-1.img").size, 4096u);
   EXPECT_DOUBLE_EQ(parsed->timings_s.at("dump"), 0.25);
 }
 
 TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.3\""), 5, "\"2.0\"");
+  json.replace(json.find("\"1.4\""), 5, "\"2.0\"");
   auto parsed = SnapshotMetaFromJson(json);
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), Code::kNotSupported);
@@ -44,7 +46,7 @@ TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
 
 TEST(SnapshotMeta, NewerMinorVersionIsRead) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.3\""), 5, "\"1.7\"");
+  json.replace(json.find("\"1.4\""), 5, "\"1.7\"");
   auto parsed = SnapshotMetaFromJson(json);
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(parsed->schema_minor, 7);

@@ -32,6 +32,7 @@
 #include "snapshot/gpu.h"
 #include "snapshot/format.h"
 #include "snapshot/phases.h"
+#include "snapshot/tcp_ports.h"
 #include "snapshot/placeholder.h"
 #include "store/store.h"
 #include "util/fd.h"
@@ -139,7 +140,19 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   };
   phases.Done();
 
-  // 3. CRIU.
+  // 3. CRIU, once the tree's listening ports are free again here.
+  if (options.into_container.empty() && !meta.listen_ports.empty()) {
+    phases.Start("free-ports");
+    std::vector<uint16_t> ports(meta.listen_ports.begin(), meta.listen_ports.end());
+    Status freed = FreeTimeWaitPorts(ports, std::chrono::seconds(65), [&](const std::string& why) {
+      if (options.progress) options.progress({"free-ports: " + why, 0, 0, false});
+    });
+    if (!freed.ok()) {
+      tear_down();
+      return freed.Wrap(fmt::format("restore of `{}` failed", meta.id));
+    }
+    phases.Done();
+  }
   phases.Start("criu-restore");
   std::string images = store.SnapshotDir(meta.id) + "/" + format::kCheckpointDir;
   std::string logs = RunDir() + "/logs";

@@ -387,15 +387,6 @@ checkpoint_restore() {
   local i
   for ((i = 0; i < 100; i++)); do kill -0 "$src" 2>/dev/null || break; sleep 0.1; done
   kill -0 "$src" 2>/dev/null && [ "$(ps -o stat= -p "$src")" != Z ] && { fail "source $src still runs"; return 1; }
-  # Connections the job closed shortly before (NCCL's bootstrap) hold their
-  # ports in TIME_WAIT for up to 60 s, and a listening socket restored on such
-  # a port cannot bind (the original bound it before): wait them out.
-  local waited=0
-  while grep -q '^ *[0-9]*: 0100007F:[0-9A-F]* 0100007F:[0-9A-F]* 06 ' /proc/net/tcp && [ $waited -lt 65 ]; do
-    sleep 1
-    waited=$((waited + 1))
-  done
-  echo "INFO: $name: waited ${waited} s for loopback TIME_WAIT sockets to clear"
   before=$(last_step "$OUT/$name.out")
   pid=$(timeout 300 "$GPUSNAP" restore "$snap" "$@") || { fail "restore $* failed"; return 1; }
   reapers+=("$(reaper_of "$pid")")
