@@ -195,6 +195,7 @@ using PFN_cuCtxSetCurrent = CUresult (*)(CUcontext ctx);
 using PFN_cuCtxGetDevice = CUresult (*)(CUdevice* device);
 using PFN_cuCtxSynchronize = CUresult (*)();
 using PFN_cuDevicePrimaryCtxRetain = CUresult (*)(CUcontext* ctx, CUdevice device);
+using PFN_cuDevicePrimaryCtxRelease = CUresult (*)(CUdevice device);  // _v2
 using PFN_cuMemAlloc = CUresult (*)(CUdeviceptr* dptr, std::size_t bytes);  // _v2
 using PFN_cuMemFree = CUresult (*)(CUdeviceptr dptr);                        // _v2
 using PFN_cuMemAddressReserve = CUresult (*)(CUdeviceptr* ptr, std::size_t size, std::size_t alignment,

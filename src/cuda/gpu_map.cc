@@ -107,4 +107,14 @@ std::string FormatGpuMap(const GpuMap& map) {
   return out;
 }
 
+std::optional<int> OrdinalAfterMap(const Uuid& checkpoint_uuid, const GpuMap& map, std::span<const GpuInfo> here) {
+  if (checkpoint_uuid == Uuid{}) return std::nullopt;
+  Uuid target = checkpoint_uuid;
+  for (const GpuPair& p : map)
+    if (p.old_uuid == checkpoint_uuid) target = p.new_uuid;
+  for (const GpuInfo& g : here)
+    if (g.uuid == target) return g.index;
+  return std::nullopt;
+}
+
 }  // namespace gpusnap::cuda

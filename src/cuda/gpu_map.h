@@ -58,4 +58,9 @@ Result<GpuMap> TranslateGpuMap(std::span<const GpuMapEntry> entries, std::span<c
 // "GPU-aaaa…>GPU-bbbb…,GPU-…>GPU-…", for logs and messages.
 std::string FormatGpuMap(const GpuMap& map);
 
+// The device ordinal, among `here`, of the GPU that the GPU checkpointed as
+// `checkpoint_uuid` is restored onto under `map` (itself when the map does
+// not name it); nullopt for the zero UUID (not recorded) or a GPU not here.
+std::optional<int> OrdinalAfterMap(const Uuid& checkpoint_uuid, const GpuMap& map, std::span<const GpuInfo> here);
+
 }  // namespace gpusnap::cuda

@@ -61,6 +61,8 @@ std::string EncodeChunkManifest(const ChunkManifest& manifest) {
     Put<uint64_t>(out, a.va);
     Put<uint64_t>(out, a.size);
     Put<int32_t>(out, a.device);
+    Put<uint8_t>(out, static_cast<uint8_t>(a.origin));
+    out.append(reinterpret_cast<const char*>(a.device_uuid.data()), a.device_uuid.size());
     Put<uint32_t>(out, static_cast<uint32_t>(a.chunks.size()));
     for (const ChunkRef& c : a.chunks) {
       Put<uint8_t>(out, c.zero ? kKindZero : kKindXxh3);
@@ -83,8 +85,8 @@ Result<ChunkManifest> DecodeChunkManifest(std::string_view bytes, std::string_vi
                          source, magic, kChunkManifestMagic);
   uint32_t version = r.Get<uint32_t>();
   if (r.truncated()) return truncated();
-  if (version != kChunkManifestVersion)
-    return Status::Error(Code::kNotSupported, "`{}` has chunk manifest version {}; this gpusnap reads version {}",
+  if (version != 1 && version != kChunkManifestVersion)
+    return Status::Error(Code::kNotSupported, "`{}` has chunk manifest version {}; this gpusnap reads versions 1 to {}",
                          source, version, kChunkManifestVersion);
   uint32_t count = r.Get<uint32_t>();
   ChunkManifest m;
@@ -93,6 +95,14 @@ Result<ChunkManifest> DecodeChunkManifest(std::string_view bytes, std::string_vi
     a.va = r.Get<uint64_t>();
     a.size = r.Get<uint64_t>();
     a.device = r.Get<int32_t>();
+    a.origin = AllocationOrigin::kUnknown;
+    if (version >= 2) {
+      uint8_t origin = r.Get<uint8_t>();
+      if (!r.truncated() && origin != 0 && origin != 1)
+        return Status::Error(Code::kCorruption, "`{}`: allocation {:#x} has unknown origin {}", source, a.va, origin);
+      a.origin = static_cast<AllocationOrigin>(origin);
+      r.GetBytes(a.device_uuid.data(), a.device_uuid.size());
+    }
     uint32_t nchunks = r.Get<uint32_t>();
     uint64_t total = 0;
     for (uint32_t c = 0; c < nchunks && !r.truncated(); ++c) {

@@ -2,9 +2,10 @@
 // the chunks that hold their bytes (see chunk_store.h).
 //
 // Byte format, all integers little-endian:
-//   manifest   := magic:u32 "GPCK" (0x4b435047) version:u32 (= 1)
+//   manifest   := magic:u32 "GPCK" (0x4b435047) version:u32 (2; 1 is read too)
 //                 count:u32 allocation*count
-//   allocation := va:u64 size:u64 device:i32 nchunks:u32 chunk*nchunks
+//   allocation := va:u64 size:u64 device:i32 origin:u8 uuid:16 nchunks:u32 chunk*nchunks
+//                 (version 1: no origin, no uuid)
 //   chunk      := kind:u8 (0 ZERO, 1 XXH3-128) length:u64 [digest:16 if kind 1]
 // Every chunk length is 1..kChunkBytes and an allocation's chunk lengths sum to
 // its size. Nothing follows the last allocation.
@@ -23,7 +24,7 @@
 namespace gpusnap {
 
 inline constexpr uint32_t kChunkManifestMagic = 0x4b435047;  // "GPCK" as bytes on disk
-inline constexpr uint32_t kChunkManifestVersion = 1;
+inline constexpr uint32_t kChunkManifestVersion = 2;
 
 struct ChunkManifest {
   std::vector<ChunkedAllocation> allocations;

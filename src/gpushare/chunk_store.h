@@ -51,12 +51,19 @@ struct ChunkRef {
   bool operator==(const ChunkRef&) const = default;
 };
 
+// Who made an allocation: the shim (the application's cuMemAlloc), or the
+// application itself (its own VMM object: NCCL's buffers). Manifests of
+// version 1 do not say.
+enum class AllocationOrigin : uint8_t { kShim = 0, kApplication = 1, kUnknown = 2 };
+
 // One device allocation. The chunk lengths sum to `size`.
 struct ChunkedAllocation {
   uint64_t va = 0;
   uint64_t size = 0;
-  int32_t device = 0;  // CUDA device ordinal
+  int32_t device = 0;  // CUDA device ordinal, as the process saw it
   std::vector<ChunkRef> chunks;
+  AllocationOrigin origin = AllocationOrigin::kShim;
+  std::array<uint8_t, 16> device_uuid{};  // that device's UUID; zero in version 1
 
   bool operator==(const ChunkedAllocation&) const = default;
 };

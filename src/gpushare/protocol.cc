@@ -7,7 +7,7 @@
 namespace gpusnap {
 namespace {
 
-constexpr std::array<std::pair<ShimCommand, const char*>, 7> kCommands{{
+constexpr std::array<std::pair<ShimCommand, const char*>, 8> kCommands{{
     {ShimCommand::kState, "state"},
     {ShimCommand::kQuiesce, "quiesce"},
     {ShimCommand::kRelease, "release"},
@@ -15,11 +15,17 @@ constexpr std::array<std::pair<ShimCommand, const char*>, 7> kCommands{{
     {ShimCommand::kResume, "resume"},
     {ShimCommand::kExport, "export"},
     {ShimCommand::kRemap, "remap"},
+    {ShimCommand::kAdopt, "adopt"},
 }};
 
 // The field naming an object, for the commands that take one.
 const char* ObjectField(ShimCommand c) {
-  return c == ShimCommand::kExport ? "object" : c == ShimCommand::kRemap ? "import" : nullptr;
+  switch (c) {
+    case ShimCommand::kExport:
+    case ShimCommand::kAdopt: return "object";
+    case ShimCommand::kRemap: return "import";
+    default: return nullptr;
+  }
 }
 
 constexpr char kIpcMagic[12] = {'g', 'p', 'u', 's', 'n', 'a', 'p', '-', 'i', 'p', 'c', '1'};
@@ -63,7 +69,8 @@ Result<ControlRequest> ParseControlRequest(std::string_view line) {
   }
   if (!known)
     return Status::Error(Code::kInvalidArgument,
-                         "unknown control command `{}` (known: state, quiesce, release, load, resume, export, remap)",
+                         "unknown control command `{}` (known: state, quiesce, release, load, resume, export, remap, "
+                         "adopt)",
                          cmd->get<std::string>());
   for (const auto& [key, value] : j.items()) {
     if (key == "cmd") continue;

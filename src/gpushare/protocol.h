@@ -15,6 +15,9 @@
 //                                              application holds), passed with the reply
 //   {"cmd":"remap","import":N}                 with an fd passed alongside: map it again where
 //                                              the imported object N was mapped before release
+//   {"cmd":"adopt","object":VA}                with an fd passed alongside (memory gpusnap made
+//                                              and filled during the restore): the released
+//                                              allocation at VA takes it instead of new memory
 // Reply: {"ok":true, ...fields} or {"ok":false,"error":"..."}. Every reply
 // carries "state" (running|quiesced|released) and the allocation totals; the
 // state reply also lists "exports" [{object, fd}] and "imports" [{import, fd}]:
@@ -35,7 +38,7 @@
 
 namespace gpusnap {
 
-enum class ShimCommand { kState, kQuiesce, kRelease, kLoad, kResume, kExport, kRemap };
+enum class ShimCommand { kState, kQuiesce, kRelease, kLoad, kResume, kExport, kRemap, kAdopt };
 
 const char* ShimCommandName(ShimCommand command);
 
@@ -44,7 +47,7 @@ struct ControlRequest {
   std::string chunk_store;  // release, load: the chunk store's root directory
   std::string manifest;     // release: where to write the manifest; load: where to read it
   int timeout_ms = 10000;   // quiesce: how long in-flight work may take to drain
-  uint64_t object = 0;      // export: the object; remap: the import
+  uint64_t object = 0;      // export: the object; remap: the import; adopt: the allocation
 
   bool operator==(const ControlRequest&) const = default;
 };

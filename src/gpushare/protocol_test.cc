@@ -30,7 +30,7 @@ TEST(ControlProtocol, RefusesMalformedRequestsNamingTheProblem) {
       {"[1]", "not a JSON object"},
       {"{}", "no \"cmd\""},
       {"{\"cmd\":7}", "no \"cmd\""},
-      {"{\"cmd\":\"dump\"}", "unknown control command `dump` (known: state, quiesce, release, load, resume, export, remap)"},
+      {"{\"cmd\":\"dump\"}", "unknown control command `dump` (known: state, quiesce, release, load, resume, export, remap, adopt)"},
       {"{\"cmd\":\"state\",\"manifest\":\"/x\"}", "`state` takes no field `manifest`"},
       {"{\"cmd\":\"release\",\"manifest\":\"/m\"}", "needs a \"chunk_store\" string"},
       {"{\"cmd\":\"load\",\"chunk_store\":\"/s\",\"manifest\":5}", "needs a \"manifest\" string"},
@@ -82,12 +82,15 @@ TEST(ControlProtocol, PeerCredentials) {
 }
 
 
-TEST(ControlProtocol, ExportAndRemapNameTheirObject) {
+TEST(ControlProtocol, ExportRemapAndAdoptNameTheirObject) {
   ControlRequest exp{ShimCommand::kExport, "", "", 10000, 0x7f0000200000};
   EXPECT_EQ(FormatControlRequest(exp), "{\"cmd\":\"export\",\"object\":139637978824704}\n");
   EXPECT_EQ(*ParseControlRequest(FormatControlRequest(exp)), exp);
   ControlRequest remap{ShimCommand::kRemap, "", "", 10000, 0x6753000000000002};
   EXPECT_EQ(*ParseControlRequest(FormatControlRequest(remap)), remap);
+  ControlRequest adopt{ShimCommand::kAdopt, "", "", 10000, 0x7f0000400000};
+  EXPECT_EQ(FormatControlRequest(adopt), "{\"cmd\":\"adopt\",\"object\":139637980921856}\n");
+  EXPECT_EQ(*ParseControlRequest(FormatControlRequest(adopt)), adopt);
 }
 
 TEST(IpcHandle, RoundTripsAndTellsDriverHandlesApart) {

@@ -358,6 +358,22 @@ Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chun
                            quiesce_timeout_ms, timings);
 }
 
+Status AdoptPreloaded(const std::vector<ShimProcess>& procs, PreloadedMemory& preloaded,
+                      std::map<std::string, double>& timings) {
+  auto t0 = Clock::now();
+  std::vector<std::vector<PreloadedAllocation>*> lists;
+  for (const ShimProcess& p : procs) lists.push_back(&preloaded.Of(p.ns_pid));
+  std::vector<Status> adopted = OnEach(procs, [&](const ShimProcess& p) -> Status {
+    for (PreloadedAllocation& a : *lists[static_cast<size_t>(&p - procs.data())]) {
+      ControlRequest req{ShimCommand::kAdopt, "", "", 10000, a.va};
+      GPUSNAP_RETURN_IF_ERROR(Send(p, req, 30000, a.fd.get()).status());
+    }
+    return Status::Ok();
+  });
+  timings["gpushare-adopt"] = SecondsSince(t0);
+  return FirstError(adopted);
+}
+
 Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store, const std::string& manifest_dir,
                std::map<std::string, double>& timings) {
   return LoadAndResume(procs, chunk_store, [&](const ShimProcess& p) { return ManifestPath(manifest_dir, p); }, false,

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpushare/protocol.h"
+#include "gpushare/preload.h"
 #include "gpusnap/status.h"
 #include "util/fd.h"
 
@@ -93,6 +94,13 @@ std::string SharesPath(const std::string& manifest_path);
 // gpushare-release. On failure every process is back to running.
 Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
                   const std::string& manifest_dir, int quiesce_timeout_ms, std::map<std::string, double>& timings);
+
+// Hands each process the allocations gpusnap made and filled for it
+// (preload.h), as `adopt` requests, all processes at once. A refusal is
+// returned, and leaves that process's remaining allocations to its load.
+// Timing: gpushare-adopt.
+Status AdoptPreloaded(const std::vector<ShimProcess>& procs, PreloadedMemory& preloaded,
+                      std::map<std::string, double>& timings);
 
 // Load every process's device memory back, then resume every one (only after
 // all have loaded). Timing: gpushare-load, gpushare-resume.

@@ -20,6 +20,8 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include "criu/bundle.h"
@@ -28,6 +30,9 @@
 #include "gpusnap/operations.h"
 #include "ns/proc.h"
 #include "ns/reaper.h"
+#include "cuda/gpu_map.h"
+#include "gpushare/chunk_copy.h"
+#include "gpushare/preload.h"
 #include "gpushare/tree.h"
 #include "snapshot/gpu.h"
 #include "snapshot/format.h"
@@ -77,6 +82,35 @@ Status ResumeWithDeadline(std::shared_ptr<cuda::Driver> driver, std::vector<pid_
   return o.status;
 }
 
+// gpushare: the shims' own allocations made and filled here, on the GPUs
+// they go to, while CRIU restores the processes (gpushare/preload.h).
+// GPUSNAP_GPUSHARE_PRELOAD=0 leaves all of it to the shims' load.
+struct Preload {
+  std::future<Result<gpushare::PreloadedMemory>> memory;
+  std::shared_ptr<double> seconds = std::make_shared<double>(0);
+};
+
+Preload StartPreload(const cuda::Driver& driver, const SnapshotGpuState& gpu, const std::string& chunk_store,
+                     const std::string& manifest_dir, const cuda::GpuMap& map, std::vector<cuda::GpuInfo> here) {
+  Preload p;
+  const char* enabled = std::getenv("GPUSNAP_GPUSHARE_PRELOAD");
+  if (enabled != nullptr && std::string_view(enabled) == "0") return p;
+  std::vector<gpushare::PreloadTarget> targets;
+  for (int ns_pid : gpu.ns_pids) targets.push_back({ns_pid, gpushare::ManifestPath(manifest_dir, {0, ns_pid, ""})});
+  auto device_for = [map, here = std::move(here)](const cuda::Uuid& uuid) {
+    return cuda::OrdinalAfterMap(uuid, map, here);
+  };
+  unsigned threads = gpushare::ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS", 12);
+  p.memory = std::async(std::launch::async, [libcuda = driver.path(), chunk_store, targets, device_for, threads,
+                                             seconds = p.seconds] {
+    auto t0 = std::chrono::steady_clock::now();
+    auto made = gpushare::PreloadedMemory::Make(libcuda, chunk_store, targets, device_for, threads);
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return made;
+  });
+  return p;
+}
+
 }  // namespace
 
 Result<RestoreResult> Restore(const RestoreOptions& options) {
@@ -100,6 +134,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   // Shared: a driver call that never returns keeps it alive past our return.
   std::shared_ptr<cuda::Driver> driver;
   cuda::GpuMap gpu_map;
+  Preload preload;
   if (meta.gpu) {
     GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
     driver = std::make_shared<cuda::Driver>(std::move(loaded));
@@ -107,10 +142,13 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
     GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
     GPUSNAP_ASSIGN_OR_RETURN(gpu_map, gpu::PlanGpuMap(*meta.gpu, here, options.gpu_map, options.gpus));
     GPUSNAP_RETURN_IF_ERROR(gpu::CheckCompatible(*meta.gpu, here, kernel_driver, gpu_map).Wrap("refusing to restore"));
-    if (meta.gpu->gpushare)
+    if (meta.gpu->gpushare) {
       GPUSNAP_RETURN_IF_ERROR(gpushare::CheckManifests(store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
                                                        meta.gpu->ns_pids)
                                   .Wrap("refusing to restore"));
+      preload = StartPreload(*driver, *meta.gpu, store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
+                             gpu_map, here);
+    }
   } else if (!options.gpu_map.empty() || !options.gpus.empty()) {
     return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no GPU state; --gpu-map and --gpus do not apply",
                          meta.id);
@@ -203,8 +241,20 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
       std::vector<gpushare::ShimProcess> procs;
       for (size_t i = 0; i < gpu_pids.size(); ++i)
         procs.push_back({gpu_pids[i], meta.gpu->ns_pids[i], meta.gpu->control_sockets[i]});
+      std::optional<gpushare::PreloadedMemory> preloaded;
+      if (preload.memory.valid()) {
+        auto made = preload.memory.get();
+        phases.timings()["gpushare-preload"] = *preload.seconds;
+        Status adopted = made.ok() ? gpushare::AdoptPreloaded(procs, *(preloaded = std::move(*made)), phases.timings())
+                                   : made.status();
+        // Only an optimisation: what was not adopted, the processes load.
+        if (!adopted.ok() && options.progress)
+          options.progress({"gpushare-preload: " + adopted.message() + "; the processes load that memory themselves",
+                            0, 0, false});
+      }
       Status loaded = gpushare::LoadAll(procs, store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
                                         phases.timings());
+      preloaded.reset();  // what the processes adopted is theirs now
       if (!loaded.ok()) {
         tear_down();
         return loaded.Wrap(fmt::format("restore of `{}` failed", meta.id));

@@ -162,6 +162,48 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.restore(snap2)
         self.assert_goes_on()
 
+    def restore_json(self, snap, env=None):
+        out = json.loads(self.gs("--json", "restore", snap, env=env).stdout)
+        self.wait_steps(len(self.steps()) + 3)
+        return out
+
+    def test_restore_makes_and_fills_the_memory_while_criu_runs_and_the_process_adopts_it(self):
+        self.start()
+        snap = self.checkpoint("vmm")
+        restored = self.restore_json(snap)
+        self.assertIn("gpushare-preload", restored["timings_s"])
+        self.assertIn("gpushare-adopt", restored["timings_s"])
+        # The three allocations of 2 MiB and more (70, 6 and 64 MiB) came filled
+        # from gpusnap; the worker checks every byte of them at every step.
+        last = self.shim_state(restored["pid"])["last"]
+        self.assertEqual(last["adopted"], 3, last)
+        self.assertEqual(last["adopted_bytes"], DEVICE_BYTES, last)
+        self.assert_goes_on()
+        # And a second cycle from what was adopted.
+        snap2 = self.checkpoint("vmm")
+        self.assertEqual(self.shim_state(self.restore_json(snap2)["pid"])["last"]["adopted"], 3)
+        self.assert_goes_on()
+
+    def test_without_preload_or_when_it_fails_the_process_loads_its_memory_itself(self):
+        self.start()
+        snap = self.checkpoint("vmm")
+        restored = self.restore_json(snap, env=dict(self.env, GPUSNAP_GPUSHARE_PRELOAD="0"))
+        self.assertNotIn("gpushare-preload", restored["timings_s"])
+        self.assertEqual(self.shim_state(restored["pid"])["last"]["adopted"], 0)
+        self.assert_goes_on()
+        snap2 = self.checkpoint("vmm")
+        # Only gpusnap exports here: its preload fails, and the worker loads all.
+        self.arm("cuMemExportToShareableHandle:*:2\n")
+        p = self.gs("restore", snap2)
+        self.arm("")
+        self.assertIn("gpushare-preload: ", p.stderr)
+        self.assertIn("cuMemExportToShareableHandle", p.stderr)
+        pid = int(p.stdout.strip().splitlines()[-1])
+        self.wait_steps(len(self.steps()) + 3)
+        last = self.shim_state(pid)["last"]
+        self.assertEqual((last["adopted"], last["bytes"]), (0, DEVICE_BYTES), last)
+        self.assert_goes_on()
+
     def test_leave_running_brings_the_memory_back_to_the_source(self):
         pid = self.start()
         self.checkpoint("vmm", "--leave-running")

@@ -55,6 +55,10 @@ std::string Handle(const std::string& line, UniqueFd passed, UniqueFd& reply_fd)
       if (!passed.valid()) return FormatControlError("remap: no fd came with the request");
       st = memory.Remap(req->object, std::move(passed));
       break;
+    case ShimCommand::kAdopt:
+      if (!passed.valid()) return FormatControlError("adopt: no fd came with the request");
+      st = memory.Adopt(req->object, std::move(passed));
+      break;
   }
   if (!st.ok()) return FormatControlError(st.message(), st.code() == Code::kTimeout);
   return FormatControlReply(memory.Describe());

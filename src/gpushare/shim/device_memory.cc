@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <memory>
 #include <functional>
@@ -12,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpushare/chunk_copy.h"
 #include "gpushare/chunk_store.h"
 #include "util/files.h"
 
@@ -36,113 +38,6 @@ const char* StateName(ShimState s) {
     abi::CUresult _rc = (call);                                 \
     if (_rc != abi::CUDA_SUCCESS) return DriverError(name, _rc); \
   } while (0)
-
-unsigned ThreadsFromEnv(const char* name, unsigned fallback) {
-  const char* v = std::getenv(name);
-  int n = v ? std::atoi(v) : 0;
-  return n >= 1 && n <= 64 ? static_cast<unsigned>(n) : fallback;
-}
-
-// Loads stage pieces of chunks: small pinned buffers are quick to pin, and a
-// piece's copy runs while the next piece is read.
-constexpr uint64_t kStagingPieceBytes = 16ull << 20;
-
-// One chunk of one allocation.
-struct ChunkJob {
-  size_t alloc = 0;
-  size_t index = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
-
-std::vector<ChunkJob> ChunkJobs(const std::vector<TrackedAllocation>& allocs) {
-  std::vector<ChunkJob> jobs;
-  for (size_t a = 0; a < allocs.size(); ++a) {
-    size_t i = 0;
-    for (uint64_t off = 0; off < allocs[a].size; off += kChunkBytes, ++i)
-      jobs.push_back({a, i, off, std::min(kChunkBytes, allocs[a].size - off)});
-  }
-  return jobs;
-}
-
-// A worker's pinned buffers and, per context, its streams. Pinned memory is
-// allocated portable, so any context may copy through it.
-class Staging {
- public:
-  Staging() = default;
-  Staging(const Staging&) = delete;
-  Staging& operator=(const Staging&) = delete;
-  ~Staging() {
-    const RealDriver& d = Real();
-    for (auto& [ctx, streams] : streams_) {
-      d.ctx_set_current(reinterpret_cast<abi::CUcontext>(ctx));
-      for (abi::CUstream s : streams) d.stream_destroy(s);
-    }
-    for (void* b : buffers_) d.free_host(b);
-  }
-  Status Init(int buffers, uint64_t bytes) {
-    for (int i = 0; i < buffers; ++i) {
-      void* p = nullptr;
-      SHIM_CU(Real().host_alloc(&p, bytes, abi::kMemHostAllocPortable), "cuMemHostAlloc");
-      buffers_.push_back(p);
-    }
-    return Status::Ok();
-  }
-  void* buffer(size_t i) { return buffers_[i]; }
-  // A worker's own bookkeeping of its buffers: the stream whose copy last read
-  // each one, and whose turn is next.
-  std::vector<abi::CUstream> pending;
-  size_t turn = 0;
-  // Makes `ctx` current on this thread and returns its stream number `i`.
-  Result<abi::CUstream> Stream(uint64_t ctx, size_t i) {
-    const RealDriver& d = Real();
-    SHIM_CU(d.ctx_set_current(reinterpret_cast<abi::CUcontext>(ctx)), "cuCtxSetCurrent");
-    auto& streams = streams_[ctx];
-    while (streams.size() <= i) {
-      abi::CUstream s = nullptr;
-      SHIM_CU(d.stream_create(&s, abi::kStreamNonBlocking), "cuStreamCreate");
-      streams.push_back(s);
-    }
-    return streams[i];
-  }
-
- private:
-  std::vector<void*> buffers_;
-  std::map<uint64_t, std::vector<abi::CUstream>> streams_;
-};
-
-// Runs `work(worker, job)` for every job on `threads` threads, each with its
-// own Staging of `buffers` pinned buffers. The first failure stops the rest
-// and is returned.
-Status RunChunkJobs(size_t jobs, unsigned threads, int buffers, uint64_t buffer_bytes, uint64_t context,
-                    const std::function<Status(Staging&, size_t job, size_t nth_of_worker)>& work) {
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::mutex mu;
-  Status failure;
-  auto fail = [&](const Status& st) {
-    std::lock_guard lock(mu);
-    if (failure.ok()) failure = st;
-    failed = true;
-  };
-  auto run = [&] {
-    // Pinned host memory is allocated in a context, though usable from all.
-    if (abi::CUresult rc = Real().ctx_set_current(reinterpret_cast<abi::CUcontext>(context)); rc != abi::CUDA_SUCCESS)
-      return fail(DriverError("cuCtxSetCurrent", rc));
-    Staging staging;
-    if (Status st = staging.Init(buffers, buffer_bytes); !st.ok()) return fail(st);
-    size_t nth = 0;
-    for (size_t j; !failed && (j = next.fetch_add(1)) < jobs; ++nth) {
-      if (Status st = work(staging, j, nth); !st.ok()) return fail(st);
-    }
-    if (Status st = work(staging, SIZE_MAX, nth); !st.ok()) fail(st);  // the worker's end: drain
-  };
-  threads = static_cast<unsigned>(std::clamp<size_t>(jobs, 1, threads));
-  std::vector<std::thread> pool;
-  for (unsigned i = 0; i < threads; ++i) pool.emplace_back(run);
-  for (auto& t : pool) t.join();
-  return failure;
-}
 
 // Tests on a real driver cannot make it fail on cue: with
 // GPUSNAP_GPUSHARE_TEST_FAIL naming a file that holds the line
@@ -254,6 +149,7 @@ abi::CUresult DeviceMemory::Free(abi::CUdeviceptr ptr) {
     if (a) registry_.Remove(ptr);
   }
   if (!a) return d.mem_free(ptr);
+  ForgetAdoptedFd(a->va);
   // cuMemFree waits for the device; unmapping does not, so wait here as the
   // application expects.
   d.ctx_synchronize();
@@ -334,22 +230,36 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   // What is saved: the cuMemAlloc allocations, then the application's own VMM objects.
   GPUSNAP_ASSIGN_OR_RETURN(std::vector<TrackedAllocation> saved, ObjectRanges(/*released=*/false));
   saved.insert(saved.begin(), allocs.begin(), allocs.end());
-  std::vector<ChunkJob> jobs = ChunkJobs(saved);
+  std::vector<DeviceRange> ranges;
+  for (const TrackedAllocation& a : saved) ranges.push_back({a.va, a.size, a.context});
+  std::vector<ChunkJob> jobs = ChunkJobs(ranges);
   ChunkManifest manifest;
-  for (const TrackedAllocation& a : saved) {
-    manifest.allocations.push_back({a.va, a.size, a.device, {}});
-    manifest.allocations.back().chunks.resize((a.size + kChunkBytes - 1) / kChunkBytes);
+  for (size_t i = 0; i < saved.size(); ++i) {
+    const TrackedAllocation& a = saved[i];
+    ChunkedAllocation& c = manifest.allocations.emplace_back();
+    c.va = a.va;
+    c.size = a.size;
+    c.device = a.device;
+    c.origin = i < allocs.size() ? AllocationOrigin::kShim : AllocationOrigin::kApplication;
+    // The GPU by UUID too: gpusnap makes the memory of a restore itself, on
+    // the GPU the device is mapped to then (preload.h).
+    abi::CUdevice dev = 0;
+    abi::CUuuid uuid{};
+    if (Real().device_get(&dev, a.device) == abi::CUDA_SUCCESS &&
+        Real().device_get_uuid(&uuid, dev) == abi::CUDA_SUCCESS)
+      std::memcpy(c.device_uuid.data(), &uuid, sizeof(uuid));
+    c.chunks.resize((a.size + kChunkBytes - 1) / kChunkBytes);
   }
   std::mutex stats_mu;
   SaveStats stats;
   // Saving changes nothing in the process: a failure here leaves it as it was.
   // (A process that only maps other processes' memory has nothing to save.)
-  Status st = jobs.empty() ? Status::Ok() : RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, kChunkBytes,
+  Status st = jobs.empty() ? Status::Ok() : RunChunkJobs(Real(), jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, kChunkBytes,
                            saved.empty() ? 0 : saved.front().context,
-                           [&](Staging& staging, size_t j, size_t) -> Status {
+                           [&](Staging& staging, size_t j) -> Status {
                              if (j == SIZE_MAX) return Status::Ok();
                              const ChunkJob& job = jobs[j];
-                             const TrackedAllocation& a = saved[job.alloc];
+                             const TrackedAllocation& a = saved[job.range];
                              GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(a.context, 0));
                              SHIM_CU(Real().copy_dtoh_async(staging.buffer(0), a.va + job.offset, job.length, stream),
                                      "cuMemcpyDtoHAsync");
@@ -357,7 +267,7 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
                              SaveStats local;
                              auto ref = store.SaveChunk(staging.buffer(0), job.length, &local);
                              if (!ref.ok()) return ref.status();
-                             manifest.allocations[job.alloc].chunks[job.index] = *ref;
+                             manifest.allocations[job.range].chunks[job.index] = *ref;
                              std::lock_guard lock(stats_mu);
                              stats.chunks_written += local.chunks_written;
                              stats.chunks_present += local.chunks_present;
@@ -381,6 +291,7 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
     }
     a.released = true;
     a.handle = 0;
+    ForgetAdoptedFd(a.va);
     std::lock_guard lock(mu_);
     registry_.Update(a);
   }
@@ -446,52 +357,55 @@ Status DeviceMemory::Fill(const std::string& chunk_store, const std::vector<Trac
       return Status::Error(Code::kCorruption, "load: the manifest has no allocation {:#x} of {} bytes", a.va, a.size);
     sources.push_back(it->second);
   }
-  std::vector<ChunkJob> jobs = ChunkJobs(allocs);
-  if (jobs.empty()) return Status::Ok();
-  // Each worker reads a chunk in pieces into its pinned buffers, in turn, and
-  // copies each piece on while reading the next; the chunk's digest is
-  // checked when its last piece is read. A bad chunk fails the load, and the
-  // caller tears the process down: nothing runs on what was copied.
-  constexpr int kBuffers = 2;
-  return RunChunkJobs(jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_LOAD_THREADS", 12), kBuffers, kStagingPieceBytes,
-                      allocs.empty() ? 0 : allocs.front().context,
-                      [&](Staging& staging, size_t j, size_t) -> Status {
-                        auto& pending = staging.pending;
-                        pending.resize(kBuffers, nullptr);
-                        if (j == SIZE_MAX) {
-                          for (abi::CUstream& s : pending) {
-                            if (s) SHIM_CU(Real().stream_synchronize(s), "cuStreamSynchronize");
-                            s = nullptr;
-                          }
-                          return Status::Ok();
-                        }
-                        const ChunkJob& job = jobs[j];
-                        const TrackedAllocation& a = allocs[job.alloc];
-                        const ChunkRef& ref = sources[job.alloc]->chunks[job.index];
-                        if (ref.length != job.length)
-                          return Status::Error(Code::kCorruption, "load: chunk {} of {:#x} has {} bytes, expected {}",
-                                               job.index, a.va, ref.length, job.length);
-                        if (ref.zero) {
-                          GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(a.context, 0));
-                          SHIM_CU(Real().memset_d8_async(a.va + job.offset, 0, job.length, stream), "cuMemsetD8Async");
-                          pending[0] = stream;
-                          return Status::Ok();
-                        }
-                        GPUSNAP_ASSIGN_OR_RETURN(ChunkReader reader, ChunkReader::Open(store, ref));
-                        for (uint64_t off = 0; reader.remaining() > 0;) {
-                          size_t slot = staging.turn++ % kBuffers;
-                          GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(a.context, slot));
-                          // The buffer's previous copy must be done before it is refilled.
-                          if (pending[slot]) SHIM_CU(Real().stream_synchronize(pending[slot]), "cuStreamSynchronize");
-                          pending[slot] = stream;
-                          uint64_t n = std::min(kStagingPieceBytes, reader.remaining());
-                          GPUSNAP_RETURN_IF_ERROR(reader.Read(staging.buffer(slot), n));
-                          SHIM_CU(Real().copy_htod_async(a.va + job.offset + off, staging.buffer(slot), n, stream),
-                                  "cuMemcpyHtoDAsync");
-                          off += n;
-                        }
-                        return reader.Finish();
-                      });
+  std::vector<DeviceRange> ranges;
+  for (const TrackedAllocation& a : allocs) ranges.push_back({a.va, a.size, a.context});
+  // A bad chunk fails the load, and the caller tears the process down: nothing
+  // runs on what was copied.
+  return FillFromChunks(Real(), store, ranges, sources, ThreadsFromEnv("GPUSNAP_GPUSHARE_LOAD_THREADS", 12));
+}
+
+void DeviceMemory::ForgetAdoptedFd(uint64_t va) {
+  std::lock_guard lock(mu_);
+  if (auto it = adopted_fds_.find(va); it != adopted_fds_.end()) {
+    ::close(it->second);
+    adopted_fds_.erase(it);
+  }
+}
+
+Status DeviceMemory::Adopt(uint64_t va, UniqueFd fd) {
+  if (state_ != ShimState::kReleased)
+    return Status::Error(Code::kFailedPrecondition, "adopt: the process is {}, not released", StateName(state_));
+  std::optional<TrackedAllocation> a;
+  {
+    std::lock_guard lock(mu_);
+    a = registry_.FindStart(va);
+  }
+  if (!a || !a->released)
+    return Status::Error(Code::kNotFound, "adopt: no released allocation at {:#x} in this process", va);
+  const RealDriver& d = Real();
+  SHIM_CU(d.ctx_set_current(reinterpret_cast<abi::CUcontext>(a->context)), "cuCtxSetCurrent");
+  abi::CUmemGenericAllocationHandle handle = 0;
+  abi::CUresult rc = d.mem_import(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd.get())),
+                                  abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemImportFromShareableHandle", rc).Wrap("adopt");
+  rc = MapAt(a->va, a->size, 0, handle);
+  if (rc == abi::CUDA_SUCCESS) {
+    abi::CUmemAccessDesc access{{abi::CU_MEM_LOCATION_TYPE_DEVICE, a->device}, abi::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    rc = d.mem_set_access(a->va, a->size, &access, 1);
+    if (rc != abi::CUDA_SUCCESS) d.mem_unmap(a->va, a->size);
+  }
+  if (rc != abi::CUDA_SUCCESS) {
+    d.mem_release(handle);
+    return DriverError("cuMemMap", rc).Wrap(fmt::format("adopt: mapping {:#x} ({} bytes)", a->va, a->size));
+  }
+  a->handle = handle;
+  a->released = false;
+  std::lock_guard lock(mu_);
+  registry_.Update(*a);
+  adopted_fds_[a->va] = fd.Release();
+  ++adopted_;
+  adopted_bytes_ += a->size;
+  return Status::Ok();
 }
 
 Status DeviceMemory::Load(const std::string& chunk_store, const std::string& manifest_path) {
@@ -518,7 +432,13 @@ Status DeviceMemory::Load(const std::string& chunk_store, const std::string& man
   uint64_t total = 0;
   for (const TrackedAllocation& a : released) total += a.size;
   double s = SecondsSince(t0);
-  last_ = {{"load_s", s}, {"map_s", map_s}, {"bytes", total}, {"gb_per_s", s > 0 ? total / s / 1e9 : 0}};
+  last_ = {{"load_s", s},
+           {"map_s", map_s},
+           {"bytes", total},
+           {"gb_per_s", s > 0 ? total / s / 1e9 : 0},
+           {"adopted", adopted_},
+           {"adopted_bytes", adopted_bytes_}};
+  adopted_ = adopted_bytes_ = 0;
   return Status::Ok();
 }
 

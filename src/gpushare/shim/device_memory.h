@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -78,6 +79,10 @@ class DeviceMemory {
   // for another process; and an imported object mapped again from `fd`.
   Result<UniqueFd> ExportFd(uint64_t object);
   Status Remap(uint64_t import, UniqueFd fd);
+  // Control, while released: the allocation at `va` takes the device memory
+  // behind `fd` (made and filled by gpusnap during the restore) instead of
+  // new memory at load, which then fills only the rest.
+  Status Adopt(uint64_t va, UniqueFd fd);
 
   Status Quiesce(int timeout_ms);
   Status Release(const std::string& chunk_store, const std::string& manifest);
@@ -111,6 +116,12 @@ class DeviceMemory {
   ShimState state_ = ShimState::kRunning;  // written by the control thread only
   bool vmm_disabled_ = false;    // GUARDED_BY(mu_): VMM refused once; plain cuMemAlloc from then on
   nlohmann::json last_;          // the last transition's figures
+  // The fd each adopted allocation came with: an export of it is a duplicate
+  // of that fd, not an export of the imported handle the process now holds.
+  std::map<uint64_t, int> adopted_fds_;  // GUARDED_BY(mu_): allocation address -> fd
+  void ForgetAdoptedFd(uint64_t va);
+  uint64_t adopted_ = 0;         // allocations adopted since the last release, and their bytes
+  uint64_t adopted_bytes_ = 0;
   WorkGate gate_;
 };
 

@@ -292,16 +292,20 @@ Result<UniqueFd> DeviceMemory::ExportFd(uint64_t object) {
   if (state_ == ShimState::kReleased)
     return Status::Error(Code::kFailedPrecondition, "export: the device memory is released");
   abi::CUmemGenericAllocationHandle real = 0;
+  int fd = -1;
   if (auto a = registry_.FindStart(object); a && a->handle != 0) {
     real = a->handle;
+    if (auto adopted = adopted_fds_.find(a->va); adopted != adopted_fds_.end())
+      fd = ::fcntl(adopted->second, F_DUPFD_CLOEXEC, 0);
   } else if (VmmObject* o = objects_.Find(object); o != nullptr && !o->imported && o->real != 0) {
     real = o->real;
   } else {
     return Status::Error(Code::kNotFound, "export: no device memory object {:#x} in this process", object);
   }
-  int fd = -1;
-  abi::CUresult rc = Real().mem_export(&fd, real, abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemExportToShareableHandle", rc).Wrap("export");
+  if (fd < 0) {
+    abi::CUresult rc = Real().mem_export(&fd, real, abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemExportToShareableHandle", rc).Wrap("export");
+  }
   int kept = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (kept >= 0) exported_fds_.push_back({object, kept});
   return UniqueFd(fd);
