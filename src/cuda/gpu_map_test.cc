@@ -79,6 +79,24 @@ TEST(CudaGpuMap, SwapTranslatesToUuidPairsInOldOrder) {
   EXPECT_EQ(*map, (GpuMap{{U(0), U(1)}, {U(1), U(0)}}));
 }
 
+TEST(CudaGpuMap, OrdinalAfterMapFollowsTheMap) {
+  auto here = Gpus(4);
+  GpuMap swap{{U(0), U(3)}, {U(3), U(0)}};
+  EXPECT_EQ(OrdinalAfterMap(U(0), swap, here), 3);
+  EXPECT_EQ(OrdinalAfterMap(U(3), swap, here), 0);
+  EXPECT_EQ(OrdinalAfterMap(U(1), swap, here), 1);  // not named: stays
+  EXPECT_EQ(OrdinalAfterMap(U(2), {}, here), 2);
+}
+
+TEST(CudaGpuMap, OrdinalAfterMapOfNothingOrAGpuNotHere) {
+  auto here = Gpus(2);
+  EXPECT_EQ(OrdinalAfterMap(Uuid{}, {}, here), std::nullopt);  // not recorded
+  EXPECT_EQ(OrdinalAfterMap(U(7), {}, here), std::nullopt);
+  EXPECT_EQ(OrdinalAfterMap(U(0), {{U(0), U(9)}}, here), std::nullopt);
+  // Another machine: its GPUs by their own UUIDs, reached through the map.
+  EXPECT_EQ(OrdinalAfterMap(U(0), {{U(0), U(0x41)}}, Gpus(2, 0x40)), 1);
+}
+
 TEST(CudaGpuMap, UuidsAndIndicesMix) {
   auto gpus = Gpus(2);
   auto map = Translate(FormatUuid(U(0)) + "=1,1=" + FormatUuid(U(0)), gpus, gpus);
