@@ -100,7 +100,8 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
   sub->add_option("--store", opts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   sub->add_option("--id", opts->id, "Snapshot id (default: generated from the name)");
   sub->add_option("--gpu-lock-timeout-ms", opts->gpu_lock_timeout_ms,
-                  "How long each GPU process may take to drain (in-process)")
+                  "How long each GPU process may take to drain; for several gpushare processes (tensor "
+                  "parallel), how long to keep trying to catch them all between collectives (in-process)")
       ->capture_default_str();
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap; in-process)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take (in-process)")->capture_default_str();

@@ -46,6 +46,7 @@ criu_opts RestoreOptions(const RestorePlan& plan, const Features& features) {
     o.set_manage_cgroups(true);
     o.set_manage_cgroups_mode(IGNORE);
   }
+  if (plan.leave_stopped) o.set_leave_stopped(true);
   return o;
 }
 

@@ -36,6 +36,9 @@ struct RestorePlan : CommonPlan {
   // whose cgroups CRIU joined): CRIU neither recreates nor moves to the
   // dumped ones, which belonged to the source.
   bool keep_criu_cgroups = false;
+  // Every restored task stays stopped (SIGSTOP) until gpusnap continues it:
+  // the snapshot's digests are still being checked while CRIU restores.
+  bool leave_stopped = false;
 };
 
 criu_opts DumpOptions(const DumpPlan& plan, const Features& features);

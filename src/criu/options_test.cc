@@ -100,6 +100,15 @@ TEST(RestoreOptions, IntoAContainerTheTreeKeepsCriusCgroups) {
   EXPECT_EQ(o.manage_cgroups_mode(), IGNORE);
 }
 
+TEST(RestoreOptions, LeftStoppedOnlyWhenAsked) {
+  RestorePlan p;
+  p.images_dir_fd = 3;
+  p.work_dir_fd = 4;
+  EXPECT_FALSE(RestoreOptions(p, Features{}).has_leave_stopped());
+  p.leave_stopped = true;
+  EXPECT_TRUE(RestoreOptions(p, Features{}).leave_stopped());
+}
+
 TEST(ErrorLines, KeepsTheLastErrorLinesOnly) {
   std::string log =
       "(00.001) Warn: something\n"

@@ -55,10 +55,12 @@ TEST(GpushareTree, AnImportFromOutsideTheProcessesIsRefused) {
 
 TEST(GpushareTree, QuiesceAttemptsStartShortAndGrow) {
   EXPECT_EQ(QuiesceAttemptMs(1, 10000), 200);
-  EXPECT_EQ(QuiesceAttemptMs(4, 10000), 200);
-  EXPECT_EQ(QuiesceAttemptMs(5, 10000), 400);
-  EXPECT_EQ(QuiesceAttemptMs(17, 10000), 3200);
-  EXPECT_EQ(QuiesceAttemptMs(40, 10000), 3200);
+  EXPECT_EQ(QuiesceAttemptMs(16, 10000), 200);
+  EXPECT_EQ(QuiesceAttemptMs(17, 10000), 400);
+  EXPECT_EQ(QuiesceAttemptMs(24, 10000), 400);
+  EXPECT_EQ(QuiesceAttemptMs(25, 10000), 800);
+  EXPECT_EQ(QuiesceAttemptMs(41, 10000), 3200);
+  EXPECT_EQ(QuiesceAttemptMs(90, 10000), 3200);
   EXPECT_EQ(QuiesceAttemptMs(1, 150), 150);
 }
 

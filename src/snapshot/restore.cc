@@ -17,6 +17,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <memory>
@@ -121,7 +122,22 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   phases.Start("verify");
   GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(options.store.empty() ? DefaultStore() : options.store, false));
   GPUSNAP_ASSIGN_OR_RETURN(auto meta, store.Load(options.id));
-  GPUSNAP_RETURN_IF_ERROR(store.Verify(meta).Wrap("refusing to restore"));
+  // A GPU tree's digests are checked while CRIU restores it, every task left
+  // stopped, and nothing of it runs before they all match; any other tree's
+  // before CRIU starts.
+  bool verify_alongside = meta.gpu.has_value();
+  auto verify_seconds = std::make_shared<double>(0);
+  std::future<Status> verified;
+  if (verify_alongside) {
+    verified = std::async(std::launch::async, [&store, &meta, verify_seconds] {
+      auto t0 = std::chrono::steady_clock::now();
+      Status st = store.Verify(meta);
+      *verify_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      return st;
+    });
+  } else {
+    GPUSNAP_RETURN_IF_ERROR(store.Verify(meta).Wrap("refusing to restore"));
+  }
   std::string name = options.name.empty() ? meta.source.name : options.name;
   if (name.empty()) name = "restored-" + std::to_string(meta.source.host_pid);
   if (!IsValidWorkloadName(name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", name);
@@ -209,21 +225,40 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   plan.verbose = options.verbose;
   plan.config_file = options.criu_config;
   plan.keep_criu_cgroups = !options.into_container.empty();
+  plan.leave_stopped = verify_alongside;
   criu::Operation op = criu::MakeOperation(bundle, RESTORE, criu::RestoreOptions(plan, features), reaper.reaper_pid,
                                            std::chrono::seconds(options.timeout_s), logs + "/" + log_name);
   op.join_cgroups = join_cgroups;
   result.log = op.log_path;
   auto resp = criu::Run(op);
+  if (verify_alongside) {
+    // A bad snapshot is the cause of whatever CRIU made of it.
+    Status digests = verified.get();
+    phases.timings()["verify-digests"] = *verify_seconds;
+    if (!digests.ok()) {
+      if (resp.ok()) tear_down();
+      return digests.Wrap("refusing to restore");
+    }
+  }
   if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
-  phases.Done();
-
-  // 4. GPU.
-  if (driver) {
-    std::vector<pid_t> gpu_pids;
+  std::vector<pid_t> gpu_pids;
+  if (meta.gpu) {
     for (int ns_pid : meta.gpu->ns_pids) {
       GPUSNAP_ASSIGN_OR_RETURN(pid_t p, HostPidOf(reaper.reaper_pid, ns_pid));
       gpu_pids.push_back(p);
     }
+  }
+  if (verify_alongside) {
+    // Verified: the tasks CRIU left stopped go on, but for the GPU processes,
+    // which stay stopped for the GPU steps, as they were dumped.
+    for (pid_t p : proc::Tree(reaper.reaper_pid))
+      if (p != reaper.reaper_pid && std::find(gpu_pids.begin(), gpu_pids.end(), p) == gpu_pids.end())
+        ::kill(p, SIGCONT);
+  }
+  phases.Done();
+
+  // 4. GPU.
+  if (driver) {
     std::vector<pid_t> tids(meta.gpu->restore_tids.begin(), meta.gpu->restore_tids.end());
     Status st = ResumeWithDeadline(driver, gpu_pids, tids, gpu_map, std::chrono::seconds(options.timeout_s),
                                    phases.timings());

@@ -69,7 +69,34 @@ class GpuFlowWithFakeDriver(FakeGpuCase):
         # No query of the stopped process: its restore thread came from the snapshot.
         self.assertEqual(steps, ["Restore", "Unlock"])
         self.assertIn("gpu-restore", out["timings_s"])
+        # The digests were checked while CRIU ran; its tasks were left stopped
+        # till then, and the counter's children (no GPU) went on after.
+        self.assertIn("verify-digests", out["timings_s"])
         self.assert_no_fail_in_logs()
+
+    def test_a_flipped_bit_is_found_while_criu_restores_and_nothing_runs(self):
+        snap = self.gs("checkpoint", "-q", "gpu", env=self.gpu_env).stdout.strip().splitlines()[-1]
+        self.assertTrue(self.wait_gone(self.pid))
+        pages = os.path.join(self.store, "snapshots", snap, "checkpoint", "pages-1.img")
+        with open(pages, "r+b") as f:
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 0x01]))
+        p = self.gs("restore", snap, "--name", "copy", check=False, env=self.gpu_env)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("refusing to restore", p.stderr)
+        self.assertIn("checkpoint/pages-1.img", p.stderr)
+        self.assertIn("does not match its digest", p.stderr)
+        self.assertEqual([w["name"] for w in self.workloads() if w["running"]], [])
+        # No task of it is left, stopped or not.
+        out = subprocess.run(["pgrep", "-f", os.path.join(WORKLOADS, "counter")], capture_output=True, text=True)
+        left = [pid for pid in out.stdout.split() if self.alive(int(pid))]
+        end = time.time() + 5
+        while left and time.time() < end:
+            time.sleep(0.1)
+            left = [pid for pid in left if self.alive(int(pid))]
+        self.assertEqual(left, [])
 
     def test_gpu_restore_that_never_returns_is_cut_off(self):
         snap = self.gs("checkpoint", "-q", "gpu", env=self.gpu_env).stdout.strip().splitlines()[-1]
