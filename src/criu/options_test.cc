@@ -73,10 +73,15 @@ TEST(DumpOptions, ShellJobWhenTheSessionIsOutside) {
   EXPECT_TRUE(DumpOptions(p, Features{}).shell_job());
 }
 
-TEST(RestoreOptions, MirrorsTheDumpsTcpAndShellChoices) {
+RestorePlan SomeRestorePlan() {
   RestorePlan p;
   p.images_dir_fd = 3;
   p.work_dir_fd = 4;
+  return p;
+}
+
+TEST(RestoreOptions, MirrorsTheDumpsTcpAndShellChoices) {
+  RestorePlan p = SomeRestorePlan();
   p.log_file = "restore.log";
   p.tcp_established = true;
   p.shell_job = true;
@@ -90,9 +95,7 @@ TEST(RestoreOptions, MirrorsTheDumpsTcpAndShellChoices) {
 }
 
 TEST(RestoreOptions, IntoAContainerTheTreeKeepsCriusCgroups) {
-  RestorePlan p;
-  p.images_dir_fd = 3;
-  p.work_dir_fd = 4;
+  RestorePlan p = SomeRestorePlan();
   EXPECT_FALSE(RestoreOptions(p, Features{}).has_manage_cgroups_mode());
   p.keep_criu_cgroups = true;
   criu_opts o = RestoreOptions(p, Features{});
@@ -101,9 +104,7 @@ TEST(RestoreOptions, IntoAContainerTheTreeKeepsCriusCgroups) {
 }
 
 TEST(RestoreOptions, LeftStoppedOnlyWhenAsked) {
-  RestorePlan p;
-  p.images_dir_fd = 3;
-  p.work_dir_fd = 4;
+  RestorePlan p = SomeRestorePlan();
   EXPECT_FALSE(RestoreOptions(p, Features{}).has_leave_stopped());
   p.leave_stopped = true;
   EXPECT_TRUE(RestoreOptions(p, Features{}).leave_stopped());

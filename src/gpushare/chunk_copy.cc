@@ -11,12 +11,6 @@
 namespace gpusnap::gpushare {
 namespace {
 
-#define COPY_CU(d, call, name)                              \
-  do {                                                      \
-    abi::CUresult _rc = (call);                             \
-    if (_rc != abi::CUDA_SUCCESS) return (d).Error(name, _rc); \
-  } while (0)
-
 // Loads stage pieces of chunks: small pinned buffers are quick to pin, and a
 // piece's copy runs while the next piece is read.
 constexpr uint64_t kStagingPieceBytes = 16ull << 20;
@@ -44,18 +38,18 @@ Staging::~Staging() {
 Status Staging::Init(int buffers, uint64_t bytes) {
   for (int i = 0; i < buffers; ++i) {
     void* p = nullptr;
-    COPY_CU(d_, d_.host_alloc(&p, bytes, abi::kMemHostAllocPortable), "cuMemHostAlloc");
+    GPUSNAP_RETURN_IF_CU_ERROR(d_, d_.host_alloc(&p, bytes, abi::kMemHostAllocPortable), "cuMemHostAlloc");
     buffers_.push_back(p);
   }
   return Status::Ok();
 }
 
 Result<abi::CUstream> Staging::Stream(uint64_t ctx, size_t i) {
-  COPY_CU(d_, d_.ctx_set_current(reinterpret_cast<abi::CUcontext>(ctx)), "cuCtxSetCurrent");
+  GPUSNAP_RETURN_IF_CU_ERROR(d_, d_.ctx_set_current(reinterpret_cast<abi::CUcontext>(ctx)), "cuCtxSetCurrent");
   auto& streams = streams_[ctx];
   while (streams.size() <= i) {
     abi::CUstream s = nullptr;
-    COPY_CU(d_, d_.stream_create(&s, abi::kStreamNonBlocking), "cuStreamCreate");
+    GPUSNAP_RETURN_IF_CU_ERROR(d_, d_.stream_create(&s, abi::kStreamNonBlocking), "cuStreamCreate");
     streams.push_back(s);
   }
   return streams[i];
@@ -102,7 +96,7 @@ Status FillFromChunks(const RealDriver& d, const ChunkStore& store, const std::v
         pending.resize(kBuffers, nullptr);
         if (j == SIZE_MAX) {
           for (abi::CUstream& s : pending) {
-            if (s) COPY_CU(d, d.stream_synchronize(s), "cuStreamSynchronize");
+            if (s) GPUSNAP_RETURN_IF_CU_ERROR(d, d.stream_synchronize(s), "cuStreamSynchronize");
             s = nullptr;
           }
           return Status::Ok();
@@ -115,10 +109,10 @@ Status FillFromChunks(const RealDriver& d, const ChunkStore& store, const std::v
                                sources[job.range]->va, ref.length, job.length);
         if (ref.zero) {
           GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(r.context, 0));
-          COPY_CU(d, d.memset_d8_async(r.va + job.offset, 0, job.length, stream), "cuMemsetD8Async");
+          GPUSNAP_RETURN_IF_CU_ERROR(d, d.memset_d8_async(r.va + job.offset, 0, job.length, stream), "cuMemsetD8Async");
           // The drain waits on pending streams only: one of another context
           // must not be forgotten for this one.
-          if (pending[0] && pending[0] != stream) COPY_CU(d, d.stream_synchronize(pending[0]), "cuStreamSynchronize");
+          if (pending[0] && pending[0] != stream) GPUSNAP_RETURN_IF_CU_ERROR(d, d.stream_synchronize(pending[0]), "cuStreamSynchronize");
           pending[0] = stream;
           return Status::Ok();
         }
@@ -127,11 +121,11 @@ Status FillFromChunks(const RealDriver& d, const ChunkStore& store, const std::v
           size_t slot = staging.turn++ % kBuffers;
           GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(r.context, slot));
           // The buffer's previous copy must be done before it is refilled.
-          if (pending[slot]) COPY_CU(d, d.stream_synchronize(pending[slot]), "cuStreamSynchronize");
+          if (pending[slot]) GPUSNAP_RETURN_IF_CU_ERROR(d, d.stream_synchronize(pending[slot]), "cuStreamSynchronize");
           pending[slot] = stream;
           uint64_t n = std::min(kStagingPieceBytes, reader.remaining());
           GPUSNAP_RETURN_IF_ERROR(reader.Read(staging.buffer(slot), n));
-          COPY_CU(d, d.copy_htod_async(r.va + job.offset + off, staging.buffer(slot), n, stream), "cuMemcpyHtoDAsync");
+          GPUSNAP_RETURN_IF_CU_ERROR(d, d.copy_htod_async(r.va + job.offset + off, staging.buffer(slot), n, stream), "cuMemcpyHtoDAsync");
           off += n;
         }
         return reader.Finish();

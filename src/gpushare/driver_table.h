@@ -53,6 +53,14 @@ struct RealDriver {
   Status Error(const char* fn, abi::CUresult rc) const;
 };
 
+// In a function returning Status or Result: returns `d`'s error naming `name`
+// when the driver call `call` fails.
+#define GPUSNAP_RETURN_IF_CU_ERROR(d, call, name)          \
+  do {                                                     \
+    ::gpusnap::cuda::abi::CUresult _rc = (call);           \
+    if (_rc != ::gpusnap::cuda::abi::CUDA_SUCCESS) return (d).Error(name, _rc); \
+  } while (0)
+
 // Every entry point of the table from `lib` (a dlopen handle of libcuda),
 // looked up with `lookup`; `missing` names the first absent one.
 RealDriver ResolveRealDriver(void* lib, void* (*lookup)(void*, const char*));

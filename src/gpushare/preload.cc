@@ -12,16 +12,6 @@
 #include "util/files.h"
 
 namespace gpusnap::gpushare {
-namespace {
-
-#define PRELOAD_CU(d, call, name)                               \
-  do {                                                          \
-    abi::CUresult _rc = (call);                                 \
-    if (_rc != abi::CUDA_SUCCESS) return (d).Error(name, _rc);  \
-  } while (0)
-
-}  // namespace
-
 Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const std::string& chunk_store,
                                               const std::vector<PreloadTarget>& targets,
                                               const PreloadDevice& device_for, unsigned threads) {
@@ -53,12 +43,12 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
       if (ctx == contexts.end()) {
         abi::CUdevice dev = 0;
         abi::CUcontext c = nullptr;
-        PRELOAD_CU(d, d.device_get(&dev, *ordinal), "cuDeviceGet");
-        PRELOAD_CU(d, d.primary_ctx_retain(&c, dev), "cuDevicePrimaryCtxRetain");
+        GPUSNAP_RETURN_IF_CU_ERROR(d, d.device_get(&dev, *ordinal), "cuDeviceGet");
+        GPUSNAP_RETURN_IF_CU_ERROR(d, d.primary_ctx_retain(&c, dev), "cuDevicePrimaryCtxRetain");
         out.retained_.push_back(dev);
         ctx = contexts.emplace(*ordinal, c).first;
       }
-      PRELOAD_CU(d, d.ctx_set_current(ctx->second), "cuCtxSetCurrent");
+      GPUSNAP_RETURN_IF_CU_ERROR(d, d.ctx_set_current(ctx->second), "cuCtxSetCurrent");
       // As the shim makes it (device_memory.cc): exportable, so it can be
       // handed over, and exported again by the process for CUDA IPC.
       abi::CUmemAllocationProp prop{};
@@ -66,7 +56,7 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
       prop.requestedHandleTypes = abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
       prop.location = {abi::CU_MEM_LOCATION_TYPE_DEVICE, *ordinal};
       Mapping m{0, a.size, 0};
-      PRELOAD_CU(d, d.mem_create(&m.handle, a.size, &prop, 0), "cuMemCreate");
+      GPUSNAP_RETURN_IF_CU_ERROR(d, d.mem_create(&m.handle, a.size, &prop, 0), "cuMemCreate");
       if (abi::CUresult rc = d.address_reserve(&m.va, a.size, 0, 0, 0); rc != abi::CUDA_SUCCESS) {
         d.mem_release(m.handle);
         return d.Error("cuMemAddressReserve", rc);
@@ -77,7 +67,7 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
       out.mappings_.push_back(m);  // from here the destructor undoes it
       if (rc != abi::CUDA_SUCCESS) return d.Error("cuMemMap", rc).Wrap(fmt::format("preload of {:#x}", a.va));
       int fd = -1;
-      PRELOAD_CU(d, d.mem_export(&fd, m.handle, abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      GPUSNAP_RETURN_IF_CU_ERROR(d, d.mem_export(&fd, m.handle, abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
                  "cuMemExportToShareableHandle");
       out.by_pid_[targets[t].ns_pid].push_back({a.va, a.size, UniqueFd(fd)});
       ranges.push_back({m.va, a.size, reinterpret_cast<uint64_t>(ctx->second)});

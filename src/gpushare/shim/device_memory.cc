@@ -33,11 +33,7 @@ const char* StateName(ShimState s) {
   return "?";
 }
 
-#define SHIM_CU(call, name)                                     \
-  do {                                                          \
-    abi::CUresult _rc = (call);                                 \
-    if (_rc != abi::CUDA_SUCCESS) return DriverError(name, _rc); \
-  } while (0)
+#define SHIM_CU(call, name) GPUSNAP_RETURN_IF_CU_ERROR(Real(), call, name)
 
 // Tests on a real driver cannot make it fail on cue: with
 // GPUSNAP_GPUSHARE_TEST_FAIL naming a file that holds the line
