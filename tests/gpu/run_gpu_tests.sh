@@ -353,25 +353,25 @@ test_gpushare_release_failure() {
   passed "$1"
 }
 
-# gpushare (b) and (c): torchrun jobs of 2 ranks over NCCL, one GPU each
+# gpushare (b) and (c): torchrun jobs of N ranks over NCCL, one GPU each
 # (NVLink P2P, multicast off), checkpointed whole: torchrun's agent, its
 # rendezvous store and the ranks with their TCP connections. Under the shim
-# libuv gets no io_uring (which CRIU cannot dump) and runs on epoll. Needs 2 GPUs.
+# libuv gets no io_uring (which CRIU cannot dump) and runs on epoll. Need N GPUs.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# torchrun_job NAME SCRIPT ARGS...: sets $pid (torchrun's agent)
+# torchrun_job NAME N SCRIPT ARGS...: N ranks; sets $pid (torchrun's agent)
 torchrun_job() {
-  local name=$1
-  shift
+  local name=$1 n=$2
+  shift 2
   pid=$(NCCL_SOCKET_IFNAME=lo NCCL_CUMEM_HOST_ENABLE=0 gs run --gpushare --name "$name" --log "$OUT/$name.out" -- \
-    python3 -m torch.distributed.run --standalone --nproc-per-node 2 "$@") || { fail "run failed"; return 1; }
+    python3 -m torch.distributed.run --standalone --nproc-per-node "$n" "$@") || { fail "run failed"; return 1; }
   reapers+=("$(reaper_of "$pid")")
 }
 ranks_of() { pgrep -P "$1" -f "$2" | tr '\n' ' '; }
-# suspend_resume NAME SCRIPT_NAME: the ranks give their GPU memory up in place and take it back.
+# suspend_resume NAME SCRIPT_NAME N: the N ranks give their GPU memory up in place and take it back.
 suspend_resume() {
   local name=$1 ranks
   ranks=$(ranks_of "$pid" "$2")
-  [ "$(echo $ranks | wc -w)" = 2 ] || { fail "expected 2 ranks under $pid, found: $ranks"; return 1; }
+  [ "$(echo $ranks | wc -w)" = "$3" ] || { fail "expected $3 ranks under $pid, found: $ranks"; return 1; }
   gs gpushare suspend $ranks || { fail "gpushare suspend failed"; return 1; }
   sleep 1.5
   gs gpushare resume $ranks || { fail "gpushare resume failed"; return 1; }
@@ -382,7 +382,8 @@ suspend_resume() {
 checkpoint_restore() {
   local name=$1 snap src=$pid
   shift
-  snap=$(timeout 300 "$GPUSNAP" checkpoint -q --tcp-established "$name") || { fail "checkpoint failed"; return 1; }
+  snap=$(timeout 300 "$GPUSNAP" checkpoint -q --tcp-established --gpu-lock-timeout-ms 30000 "$name") ||
+    { fail "checkpoint failed"; return 1; }
   # The restored sockets take the same ports: the source must be gone first.
   local i
   for ((i = 0; i < 100; i++)); do kill -0 "$src" 2>/dev/null || break; sleep 0.1; done
@@ -392,43 +393,60 @@ checkpoint_restore() {
   reapers+=("$(reaper_of "$pid")")
   goes_on "$name" "$before"
 }
-two_gpus() { [ "$(nvidia-smi -L | grep -c '^GPU ')" -ge 2 ] || { echo "SKIP: $current: needs 2 GPUs"; return 1; }; }
+gpus_at_least() { [ "$(nvidia-smi -L | grep -c '^GPU ')" -ge "$1" ] || { echo "SKIP: $current: needs $1 GPUs"; return 1; }; }
 test_gpushare_nccl() {
   current="gpushare (b): a torchrun job of 2 ranks, an NCCL all-reduce every step: suspend/resume, checkpoint/restore"
-  two_gpus || return
-  torchrun_job nccl "$here/workloads/nccl_allreduce.py" --mib 64 --weights-mib 1024 || return
+  gpus_at_least 2 || return
+  torchrun_job nccl 2 "$here/workloads/nccl_allreduce.py" --mib 64 --weights-mib 1024 || return
   running nccl 5 || return
-  suspend_resume nccl nccl_allreduce || return
+  suspend_resume nccl nccl_allreduce 2 || return
   checkpoint_restore nccl || return
   kill "$(reaper_of "$pid")"
   passed "$1"
 }
 # The GPUs each rank of the job under $pid holds memory on, in rank order:
-# "rank0-uuid rank1-uuid" (several GPUs of one rank joined by +).
+# "rank0-uuid rank1-uuid ..." (several GPUs of one rank joined by +).
 rank_gpus() {
   local r
   for r in $(ranks_of "$pid" "$1"); do
     echo "$(tr '\0' '\n' <"/proc/$r/environ" | sed -n 's/^LOCAL_RANK=//p') $(gpu_mem_of "$r" | paste -sd+)"
   done | sort -n | cut -d' ' -f2 | paste -sd' '
 }
-test_gpushare_tp2() {
-  local model=${GPU_TEST_TP_MODEL:-1b} gpus swapped
-  current="gpushare (c): a TP=2 Llama ($model) under torchrun generating tokens: identical after suspend/resume, checkpoint/restore, and a restore with its GPUs swapped"
-  two_gpus || return
-  torchrun_job tp2 "$here/workloads/tp_llama.py" --model "$model" \
-    --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" --tokens 16 || return
-  running tp2 3 || return
-  grep -m1 '^TOKENS' "$OUT/tp2.out"
-  suspend_resume tp2 tp_llama || return
-  checkpoint_restore tp2 || return
+# tp_cycle N MODEL: a TP=N Llama under torchrun; suspended and resumed in
+# place, checkpointed and restored, then restored with its GPUs reversed
+# (rank i onto GPU N-1-i): its tokens never change.
+tp_cycle() {
+  local n=$1 model=$2 name=tp$1 map="" i gpus reversed
+  for ((i = 0; i < n; i++)); do map+="${map:+,}$i=$((n - 1 - i))"; done
+  torchrun_job "$name" "$n" "$here/workloads/tp_llama.py" --model "$model" \
+    --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" --tokens 16 || return 1
+  running "$name" 3 || return 1
+  grep -m1 '^TOKENS' "$OUT/$name.out"
+  suspend_resume "$name" tp_llama "$n" || return 1
+  checkpoint_restore "$name" || return 1
   gpus=$(rank_gpus tp_llama)
-  checkpoint_restore tp2 --gpu-map 0=1,1=0 || return
-  swapped=$(rank_gpus tp_llama)
-  echo "INFO: tp2: the ranks' GPUs: $gpus before, $swapped after --gpu-map 0=1,1=0"
-  [ "$(echo $gpus | awk '{ print $2, $1 }')" = "$(echo $swapped)" ] || fail "the ranks did not swap GPUs: $gpus, then $swapped"
+  checkpoint_restore "$name" --gpu-map "$map" || return 1
+  reversed=$(rank_gpus tp_llama)
+  echo "INFO: $name: the ranks' GPUs: $gpus before, $reversed after --gpu-map $map"
+  [ "$(echo $gpus | awk '{ for (i = NF; i > 0; i--) printf "%s%s", $i, (i > 1 ? " " : "\n") }')" = "$reversed" ] ||
+    { fail "the ranks did not move as mapped: $gpus, then $reversed"; return 1; }
   # Every step's tokens hash the same as the first step's.
-  [ "$(grep -oE 'sum [0-9]+' "$OUT/tp2.out" | sort -u | wc -l)" = 1 ] || { fail "the tokens changed"; return; }
-  passed "$1"
+  [ "$(grep -oE 'sum [0-9]+' "$OUT/$name.out" | sort -u | wc -l)" = 1 ] || { fail "the tokens changed"; return 1; }
+  kill "$(reaper_of "$pid")"
+}
+test_gpushare_tp2() {
+  local model=${GPU_TEST_TP_MODEL:-1b}
+  current="gpushare (c): a TP=2 Llama ($model) under torchrun generating tokens: identical after suspend/resume, checkpoint/restore, and a restore with its GPUs swapped"
+  gpus_at_least 2 || return
+  tp_cycle 2 "$model" && passed "$1"
+}
+# Issue 7's run, on a machine of 4 GPUs (nvidia-h200-x4): the 8B-class shape
+# over 4 ranks; the benchmark beside it is bench/tp_bench.py --tp 4.
+test_gpushare_tp4() {
+  local model=${GPU_TEST_TP_MODEL:-8b}
+  current="gpushare: a TP=4 Llama ($model) under torchrun: identical tokens after suspend/resume, checkpoint/restore, and a restore onto the GPUs reversed"
+  gpus_at_least 4 || return
+  tp_cycle 4 "$model" && passed "$1"
 }
 
 # (b) and (e): the Llama-architecture server of bench/ (8B-class by default),
@@ -463,7 +481,7 @@ nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
   test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_gpushare_other_gpu
-  test_gpushare_ipc test_gpushare_vmm_fd test_gpushare_release_failure test_gpushare_nccl test_gpushare_tp2
+  test_gpushare_ipc test_gpushare_vmm_fd test_gpushare_release_failure test_gpushare_nccl test_gpushare_tp2 test_gpushare_tp4
   test_llm_server_cycles"
 for t in ${GPU_TESTS:-$tests}; do
   $t "$failures"
