@@ -21,7 +21,7 @@ Result<ChunkStoreLock> ChunkStoreLock::Acquire(const std::string& store_root, Mo
     if (errno != EWOULDBLOCK) return Status::Errno(errno, "locking `{}`", path);
     if (std::chrono::steady_clock::now() >= deadline)
       return Status::Error(Code::kTimeout, "the chunk store lock `{}` is held {} (waited {} ms)", path,
-                           mode == Mode::kShared ? "by a garbage collection" : "by a checkpoint or suspend writing chunks, or by another collection",
+                           mode == Mode::kShared ? "by a garbage collection" : "by a checkpoint or suspend writing chunks, a restore reading them, or another collection",
                            wait_ms);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -14,7 +14,9 @@
 // before the release until it returns (past the publish, and past the load
 // that brings the memory back on failure or with --leave-running); an
 // in-place suspend from before the release until the manifests are under
-// <store>/suspended/. Shared holders do not exclude one another.
+// <store>/suspended/; a restore from its check that every chunk is there
+// until the last one is loaded (a `gpusnap rm` of the snapshot meanwhile
+// must not take them away mid-load). Shared holders do not exclude one another.
 //
 // flock(2) belongs to the open file: two holders in one process (the agent's
 // threads) each open the file and exclude each other as two processes do. The

@@ -33,6 +33,7 @@
 #include "ns/reaper.h"
 #include "cuda/gpu_map.h"
 #include "gpushare/chunk_copy.h"
+#include "gpushare/chunk_lock.h"
 #include "gpushare/preload.h"
 #include "gpushare/tree.h"
 #include "snapshot/gpu.h"
@@ -43,6 +44,7 @@
 #include "store/store.h"
 #include "util/fd.h"
 #include "util/files.h"
+#include "util/test_hooks.h"
 
 namespace gpusnap {
 
@@ -150,6 +152,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   // Shared: a driver call that never returns keeps it alive past our return.
   std::shared_ptr<cuda::Driver> driver;
   cuda::GpuMap gpu_map;
+  std::optional<ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
   Preload preload;
   if (meta.gpu) {
     GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
@@ -159,6 +162,9 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
     GPUSNAP_ASSIGN_OR_RETURN(gpu_map, gpu::PlanGpuMap(*meta.gpu, here, options.gpu_map, options.gpus));
     GPUSNAP_RETURN_IF_ERROR(gpu::CheckCompatible(*meta.gpu, here, kernel_driver, gpu_map).Wrap("refusing to restore"));
     if (meta.gpu->gpushare) {
+      GPUSNAP_ASSIGN_OR_RETURN(auto lock, ChunkStoreLock::Acquire(store.root(), ChunkStoreLock::Mode::kShared,
+                                                                  kChunkWriterWaitMs));
+      chunk_lock.emplace(std::move(lock));
       GPUSNAP_RETURN_IF_ERROR(gpushare::CheckManifests(store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
                                                        meta.gpu->ns_pids)
                                   .Wrap("refusing to restore"));
@@ -287,9 +293,11 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
           options.progress({"gpushare-preload: " + adopted.message() + "; the processes load that memory themselves",
                             0, 0, false});
       }
+      PauseIfRequested("gpushare-load");
       Status loaded = gpushare::LoadAll(procs, store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
                                         phases.timings());
       preloaded.reset();  // what the processes adopted is theirs now
+      chunk_lock.reset();
       if (!loaded.ok()) {
         tear_down();
         return loaded.Wrap(fmt::format("restore of `{}` failed", meta.id));

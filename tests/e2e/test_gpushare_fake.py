@@ -348,6 +348,29 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.assertEqual(self.chunk_files(), [])
         self.assertEqual(self.tmp_dirs(), [])
 
+    def test_gc_does_not_take_the_chunks_of_a_restore_still_loading(self):
+        self.start()
+        snap = self.checkpoint("vmm")
+        chunks = self.chunk_files()
+        # The restore stops before its load, holding the chunk store lock shared.
+        proc = subprocess.Popen([GPUSNAP, "restore", snap], env=dict(self.gpu_env, GPUSNAP_TEST_PAUSE_AT="gpushare-load"),
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(proc.stderr.close)
+        line, deadline = "", time.time() + 60
+        while time.time() < deadline and "paused at gpushare-load" not in line:
+            line = proc.stderr.readline()
+        self.assertIn("paused at gpushare-load", line)
+        # Its snapshot removed meanwhile: its chunks stay while it loads.
+        self.gs("rm", snap, "--no-agent", check=False)
+        p = self.gs("gc", "--wait-s", "1", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("a restore reading them", p.stderr)
+        self.assertEqual(self.chunk_files(), chunks)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.gs("gc")
+        self.assertEqual(self.chunk_files(), [])
+
 
 if __name__ == "__main__":
     unittest.main()
