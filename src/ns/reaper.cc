@@ -104,19 +104,27 @@ bool WriteNsLastPid(const char* value) {
 
 // Reaps until nothing is left. While `hold_fd` is open (hold mode), or
 // always with `stay_when_alone` (a placeholder), an empty namespace is
-// expected: CRIU has not restored the tree into it yet.
+// expected: CRIU has not restored the tree into it yet. In hold mode the
+// holder commits what it restored with one byte (kHoldCommit) before it lets
+// go; a hold that ends without it means the restore failed or its process
+// died mid-way, and whatever of the tree is here goes.
 int Reap(int hold_fd, bool stay_when_alone) {
+  bool committed = false;
   for (;;) {
     int wstatus;
-    pid_t p = ::waitpid(-1, &wstatus, 0);
-    if (p > 0 || errno == EINTR) continue;
+    // Held, reaping must not keep the hold from being watched.
+    pid_t p = ::waitpid(-1, &wstatus, hold_fd >= 0 ? WNOHANG : 0);
+    if (p > 0 || (p < 0 && errno == EINTR)) continue;
     if (hold_fd < 0 && !stay_when_alone && AloneInNamespace()) return 0;
     pollfd pfd{hold_fd, POLLIN, 0};
     if (::poll(&pfd, hold_fd >= 0 ? 1 : 0, 100) > 0) {
       char c;
-      if (::read(hold_fd, &c, 1) <= 0) {
+      ssize_t n = ::read(hold_fd, &c, 1);
+      if (n == 1 && c == kHoldCommit) committed = true;
+      if (n <= 0) {
         ::close(hold_fd);
         hold_fd = -1;
+        if (!committed) ::kill(-1, SIGKILL);  // every process of the namespace but this one
       }
     }
   }
@@ -336,6 +344,18 @@ Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec) {
   }
   out.hold = std::move(hold_wr);
   return out;
+}
+
+Status CommitHold(SpawnedReaper& reaper) {
+  if (!reaper.hold.valid()) return Status::Ok();
+  char c = kHoldCommit;
+  ssize_t n;
+  do {
+    n = ::write(reaper.hold.get(), &c, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) return Status::Errno(errno, "committing the restored tree to its reaper {}", reaper.reaper_pid);
+  reaper.hold.Reset();
+  return Status::Ok();
 }
 
 }  // namespace gpusnap::ns

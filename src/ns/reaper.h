@@ -10,8 +10,11 @@
 //  - run: the reaper starts the workload as a session leader (pid 2) with
 //    stdio on a log file, then reaps until the workload's tree is gone;
 //  - hold: the reaper starts nothing and stays while the caller holds `hold`
-//    open, so CRIU can restore a tree into the namespace. Once `hold` closes
-//    and no child is left, the reaper exits and the namespace with it.
+//    open, so CRIU can restore a tree into the namespace. The caller commits
+//    the tree (CommitHold) once it is whole; a hold that closes without that
+//    (the restore failed, or gpusnap died) kills what the namespace holds.
+//    Once `hold` closes and no child is left, the reaper exits and the
+//    namespace with it.
 // A container's placeholder (`gpusnap __placeholder`) is hold mode as a
 // container's own pid 1, held by the container's lifetime instead of a pipe.
 #pragma once
@@ -38,6 +41,12 @@ struct SpawnedReaper {
   pid_t workload_pid = 0;  // as the host sees it; 0 in hold mode
   UniqueFd hold;           // hold mode only
 };
+
+inline constexpr char kHoldCommit = 'c';
+
+// Tells a hold-mode reaper that the tree restored into its namespace is whole
+// and stays, then lets go of the hold.
+Status CommitHold(SpawnedReaper& reaper);
 
 // Starts the namespace. The reaper is not our child: it outlives gpusnap.
 // Errors: kNotFound when the workload's program cannot be executed (errno

@@ -308,7 +308,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
 
   // 4. Record it.
   GPUSNAP_ASSIGN_OR_RETURN(pid_t host_pid, HostPidOf(reaper.reaper_pid, resp->restore().pid()));
-  reaper.hold.Reset();
+  GPUSNAP_RETURN_IF_ERROR(ns::CommitHold(reaper));
   Workload& w = result.workload;
   w.name = name;
   w.pid = host_pid;

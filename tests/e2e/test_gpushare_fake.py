@@ -368,8 +368,18 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.assertEqual(self.chunk_files(), chunks)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        # The restorer died before the tree was whole: its reaper ends it.
+        end = time.time() + 10
+        while time.time() < end and self.workers():
+            time.sleep(0.1)
+        self.assertEqual(self.workers(), [])
         self.gs("gc")
         self.assertEqual(self.chunk_files(), [])
+
+    def workers(self):
+        """Live processes of this test's worker (named by its device file)."""
+        out = subprocess.run(["pgrep", "-f", self.device], capture_output=True, text=True).stdout.split()
+        return [p for p in out if self.alive(int(p))]
 
 
 if __name__ == "__main__":
