@@ -323,17 +323,22 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
             self.assertIn(self.manifest(snap2), p.stderr)
         self.assertEqual(self.chunk_files(), before)
 
+    def paused_at(self, phase, *args):
+        """`gpusnap ARGS` stopped at `phase` (GPUSNAP_TEST_PAUSE_AT), waiting to be killed."""
+        proc = subprocess.Popen([GPUSNAP, *args], env=dict(self.gpu_env, GPUSNAP_TEST_PAUSE_AT=phase),
+                                stderr=subprocess.PIPE, text=True)
+        self.addCleanup(proc.stderr.close)
+        line, deadline = "", time.time() + 60
+        while time.time() < deadline and f"paused at {phase}" not in line:
+            line = proc.stderr.readline()
+        self.assertIn(f"paused at {phase}", line)
+        return proc
+
     def test_gc_does_not_run_while_a_checkpoint_writes_chunks(self):
         self.start()
         # The checkpoint stops with its chunks written and its manifest not
         # yet published: it holds the chunk store lock shared.
-        proc = subprocess.Popen([GPUSNAP, "checkpoint", "vmm"], env=dict(self.env, GPUSNAP_TEST_PAUSE_AT="post-dump"),
-                                stderr=subprocess.PIPE, text=True)
-        self.addCleanup(proc.stderr.close)
-        line, deadline = "", time.time() + 60
-        while time.time() < deadline and "paused at post-dump" not in line:
-            line = proc.stderr.readline()
-        self.assertIn("paused at post-dump", line)
+        proc = self.paused_at("post-dump", "checkpoint", "vmm")
         chunks = self.chunk_files()
         self.assertEqual(len(chunks), 3)
         p = self.gs("gc", "--wait-s", "1", check=False)
@@ -353,13 +358,7 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         snap = self.checkpoint("vmm")
         chunks = self.chunk_files()
         # The restore stops before its load, holding the chunk store lock shared.
-        proc = subprocess.Popen([GPUSNAP, "restore", snap], env=dict(self.gpu_env, GPUSNAP_TEST_PAUSE_AT="gpushare-load"),
-                                stderr=subprocess.PIPE, text=True)
-        self.addCleanup(proc.stderr.close)
-        line, deadline = "", time.time() + 60
-        while time.time() < deadline and "paused at gpushare-load" not in line:
-            line = proc.stderr.readline()
-        self.assertIn("paused at gpushare-load", line)
+        proc = self.paused_at("gpushare-load", "restore", snap)
         # Its snapshot removed meanwhile: its chunks stay while it loads.
         self.gs("rm", snap, "--no-agent", check=False)
         p = self.gs("gc", "--wait-s", "1", check=False)
