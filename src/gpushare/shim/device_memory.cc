@@ -326,18 +326,27 @@ Status DeviceMemory::MapAll(std::vector<TrackedAllocation>& allocs) {
       rc = d.mem_create(&handle, a.size, &prop, 0);
     }
     if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemCreate", rc).Wrap(fmt::format("{:#x}", a.va));
-    rc = MapAt(a.va, a.size, 0, handle);
-    abi::CUmemAccessDesc access{{abi::CU_MEM_LOCATION_TYPE_DEVICE, a.device}, abi::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    if (rc == abi::CUDA_SUCCESS) rc = d.mem_set_access(a.va, a.size, &access, 1);
-    if (rc != abi::CUDA_SUCCESS) {
-      d.mem_release(handle);
-      return DriverError("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes) again", a.va, a.size));
-    }
-    a.handle = handle;
-    a.released = false;
-    std::lock_guard lock(mu_);
-    registry_.Update(a);
+    GPUSNAP_RETURN_IF_ERROR(MapBack(a, handle));
   }
+  return Status::Ok();
+}
+
+Status DeviceMemory::MapBack(TrackedAllocation& a, abi::CUmemGenericAllocationHandle handle) {
+  const RealDriver& d = Real();
+  abi::CUresult rc = MapAt(a.va, a.size, 0, handle);
+  if (rc == abi::CUDA_SUCCESS) {
+    abi::CUmemAccessDesc access{{abi::CU_MEM_LOCATION_TYPE_DEVICE, a.device}, abi::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    rc = d.mem_set_access(a.va, a.size, &access, 1);
+    if (rc != abi::CUDA_SUCCESS) d.mem_unmap(a.va, a.size);
+  }
+  if (rc != abi::CUDA_SUCCESS) {
+    d.mem_release(handle);
+    return DriverError("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes)", a.va, a.size));
+  }
+  a.handle = handle;
+  a.released = false;
+  std::lock_guard lock(mu_);
+  registry_.Update(a);
   return Status::Ok();
 }
 
@@ -384,20 +393,8 @@ Status DeviceMemory::Adopt(uint64_t va, UniqueFd fd) {
   abi::CUresult rc = d.mem_import(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd.get())),
                                   abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
   if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemImportFromShareableHandle", rc).Wrap("adopt");
-  rc = MapAt(a->va, a->size, 0, handle);
-  if (rc == abi::CUDA_SUCCESS) {
-    abi::CUmemAccessDesc access{{abi::CU_MEM_LOCATION_TYPE_DEVICE, a->device}, abi::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    rc = d.mem_set_access(a->va, a->size, &access, 1);
-    if (rc != abi::CUDA_SUCCESS) d.mem_unmap(a->va, a->size);
-  }
-  if (rc != abi::CUDA_SUCCESS) {
-    d.mem_release(handle);
-    return DriverError("cuMemMap", rc).Wrap(fmt::format("adopt: mapping {:#x} ({} bytes)", a->va, a->size));
-  }
-  a->handle = handle;
-  a->released = false;
+  GPUSNAP_RETURN_IF_ERROR(MapBack(*a, handle).Wrap("adopt"));
   std::lock_guard lock(mu_);
-  registry_.Update(*a);
   adopted_fds_[a->va] = fd.Release();
   ++adopted_;
   adopted_bytes_ += a->size;

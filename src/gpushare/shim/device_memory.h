@@ -95,6 +95,9 @@ class DeviceMemory {
  private:
   DeviceMemory() = default;
   Status MapAll(std::vector<TrackedAllocation>& allocs);
+  // A released allocation's range mapped onto `handle` again, with access for
+  // its device, and recorded as live; on failure the handle is released.
+  Status MapBack(TrackedAllocation& a, abi::CUmemGenericAllocationHandle handle);
   // shared_memory.cc: the VMM objects' part of release and load.
   // The created objects (mapped now, or released now), as the ranges through
   // which their bytes are read and written. REQUIRES: quiesced.
