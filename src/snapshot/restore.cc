@@ -85,33 +85,41 @@ Status ResumeWithDeadline(std::shared_ptr<cuda::Driver> driver, std::vector<pid_
   return o.status;
 }
 
+// `fn()` on a thread of its own, beside the restore's steps: its result and
+// how long it took.
+template <typename T>
+struct Timed {
+  T value;
+  double seconds = 0;
+};
+template <typename Fn>
+auto Beside(Fn fn) {
+  return std::async(std::launch::async, [fn = std::move(fn)] {
+    auto t0 = std::chrono::steady_clock::now();
+    auto value = fn();
+    return Timed<decltype(value)>{std::move(value),
+                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  });
+}
+
+using Preload = std::future<Timed<Result<gpushare::PreloadedMemory>>>;
+
 // gpushare: the shims' own allocations made and filled here, on the GPUs
 // they go to, while CRIU restores the processes (gpushare/preload.h).
-// GPUSNAP_GPUSHARE_PRELOAD=0 leaves all of it to the shims' load.
-struct Preload {
-  std::future<Result<gpushare::PreloadedMemory>> memory;
-  std::shared_ptr<double> seconds = std::make_shared<double>(0);
-};
-
+// GPUSNAP_GPUSHARE_PRELOAD=0 leaves all of it to the shims' load (no future).
 Preload StartPreload(const cuda::Driver& driver, const SnapshotGpuState& gpu, const std::string& chunk_store,
                      const std::string& manifest_dir, const cuda::GpuMap& map, std::vector<cuda::GpuInfo> here) {
-  Preload p;
   const char* enabled = std::getenv("GPUSNAP_GPUSHARE_PRELOAD");
-  if (enabled != nullptr && std::string_view(enabled) == "0") return p;
+  if (enabled != nullptr && std::string_view(enabled) == "0") return {};
   std::vector<gpushare::PreloadTarget> targets;
   for (int ns_pid : gpu.ns_pids) targets.push_back({ns_pid, gpushare::ManifestPath(manifest_dir, {0, ns_pid, ""})});
   auto device_for = [map, here = std::move(here)](const cuda::Uuid& uuid) {
     return cuda::OrdinalAfterMap(uuid, map, here);
   };
   unsigned threads = gpushare::ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS", 12);
-  p.memory = std::async(std::launch::async, [libcuda = driver.path(), chunk_store, targets, device_for, threads,
-                                             seconds = p.seconds] {
-    auto t0 = std::chrono::steady_clock::now();
-    auto made = gpushare::PreloadedMemory::Make(libcuda, chunk_store, targets, device_for, threads);
-    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return made;
+  return Beside([libcuda = driver.path(), chunk_store, targets, device_for, threads] {
+    return gpushare::PreloadedMemory::Make(libcuda, chunk_store, targets, device_for, threads);
   });
-  return p;
 }
 
 }  // namespace
@@ -128,15 +136,9 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   // stopped, and nothing of it runs before they all match; any other tree's
   // before CRIU starts.
   bool verify_alongside = meta.gpu.has_value();
-  auto verify_seconds = std::make_shared<double>(0);
-  std::future<Status> verified;
+  std::future<Timed<Status>> verified;
   if (verify_alongside) {
-    verified = std::async(std::launch::async, [&store, &meta, verify_seconds] {
-      auto t0 = std::chrono::steady_clock::now();
-      Status st = store.Verify(meta);
-      *verify_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      return st;
-    });
+    verified = Beside([&store, &meta] { return store.Verify(meta); });
   } else {
     GPUSNAP_RETURN_IF_ERROR(store.Verify(meta).Wrap("refusing to restore"));
   }
@@ -152,6 +154,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   // Shared: a driver call that never returns keeps it alive past our return.
   std::shared_ptr<cuda::Driver> driver;
   cuda::GpuMap gpu_map;
+  std::string gpu_dir = store.SnapshotDir(meta.id) + "/" + format::kGpuDir;  // gpushare manifests
   std::optional<ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
   Preload preload;
   if (meta.gpu) {
@@ -165,11 +168,9 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
       GPUSNAP_ASSIGN_OR_RETURN(auto lock, ChunkStoreLock::Acquire(store.root(), ChunkStoreLock::Mode::kShared,
                                                                   kChunkWriterWaitMs));
       chunk_lock.emplace(std::move(lock));
-      GPUSNAP_RETURN_IF_ERROR(gpushare::CheckManifests(store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
-                                                       meta.gpu->ns_pids)
-                                  .Wrap("refusing to restore"));
-      preload = StartPreload(*driver, *meta.gpu, store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
-                             gpu_map, here);
+      GPUSNAP_RETURN_IF_ERROR(
+          gpushare::CheckManifests(store.root(), gpu_dir, meta.gpu->ns_pids).Wrap("refusing to restore"));
+      preload = StartPreload(*driver, *meta.gpu, store.root(), gpu_dir, gpu_map, here);
     }
   } else if (!options.gpu_map.empty() || !options.gpus.empty()) {
     return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no GPU state; --gpu-map and --gpus do not apply",
@@ -239,11 +240,11 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
   auto resp = criu::Run(op);
   if (verify_alongside) {
     // A bad snapshot is the cause of whatever CRIU made of it.
-    Status digests = verified.get();
-    phases.timings()["verify-digests"] = *verify_seconds;
-    if (!digests.ok()) {
+    Timed<Status> digests = verified.get();
+    phases.timings()["verify-digests"] = digests.seconds;
+    if (!digests.value.ok()) {
       if (resp.ok()) tear_down();
-      return digests.Wrap("refusing to restore");
+      return digests.value.Wrap("refusing to restore");
     }
   }
   if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
@@ -283,19 +284,19 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
       for (size_t i = 0; i < gpu_pids.size(); ++i)
         procs.push_back({gpu_pids[i], meta.gpu->ns_pids[i], meta.gpu->control_sockets[i]});
       std::optional<gpushare::PreloadedMemory> preloaded;
-      if (preload.memory.valid()) {
-        auto made = preload.memory.get();
-        phases.timings()["gpushare-preload"] = *preload.seconds;
-        Status adopted = made.ok() ? gpushare::AdoptPreloaded(procs, *(preloaded = std::move(*made)), phases.timings())
-                                   : made.status();
+      if (preload.valid()) {
+        Timed<Result<gpushare::PreloadedMemory>> made = preload.get();
+        phases.timings()["gpushare-preload"] = made.seconds;
+        Status adopted = made.value.ok()
+                             ? gpushare::AdoptPreloaded(procs, *(preloaded = std::move(*made.value)), phases.timings())
+                             : made.value.status();
         // Only an optimisation: what was not adopted, the processes load.
         if (!adopted.ok() && options.progress)
           options.progress({"gpushare-preload: " + adopted.message() + "; the processes load that memory themselves",
                             0, 0, false});
       }
       PauseIfRequested("gpushare-load");
-      Status loaded = gpushare::LoadAll(procs, store.root(), store.SnapshotDir(meta.id) + "/" + format::kGpuDir,
-                                        phases.timings());
+      Status loaded = gpushare::LoadAll(procs, store.root(), gpu_dir, phases.timings());
       preloaded.reset();  // what the processes adopted is theirs now
       chunk_lock.reset();
       if (!loaded.ok()) {
