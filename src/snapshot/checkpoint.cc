@@ -79,7 +79,8 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   // 1. The tree and CRIU.
   phases.Start("resolve");
   GPUSNAP_ASSIGN_OR_RETURN(auto target, ResolveTarget(options.target));
-  GPUSNAP_RETURN_IF_ERROR(CheckCheckpointable(target.tree));
+  std::vector<ProcessFiles> tree_files = ReadProcessFiles(target.tree);
+  GPUSNAP_RETURN_IF_ERROR(CheckCheckpointable(tree_files));
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
   GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, options.tcp_established));
   std::vector<pid_t> gpu_pids = gpu::FindGpuProcesses(target.tree);
@@ -118,7 +119,7 @@ Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   SnapshotMeta meta = DescribeSource(target, id, fmt::format("{}.{}", features.version_major, features.version_minor),
                                      options.tcp_established);
   meta.gpu = gpu_state;
-  for (uint16_t port : TreeListeningPorts(target.tree)) meta.listen_ports.push_back(port);
+  for (uint16_t port : TreeListeningPorts(tree_files)) meta.listen_ports.push_back(port);
   if (meta.gpu && meta.gpu->gpushare) meta.gpu->chunk_store = store.root();
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kConfigDump, ConfigDumpJson(meta, target.started)));
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(pending.dir() + "/" + format::kSpecDump, SpecDumpJson(meta)));

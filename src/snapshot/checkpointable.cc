@@ -48,10 +48,10 @@ Status CheckCheckpointable(const std::vector<ProcessFiles>& tree) {
   return Status::Ok();
 }
 
-Status CheckCheckpointable(const std::vector<pid_t>& tree) {
+std::vector<ProcessFiles> ReadProcessFiles(const std::vector<pid_t>& tree) {
   std::vector<ProcessFiles> files;
   for (pid_t pid : tree) files.push_back({pid, proc::Cmdline(pid), proc::OpenFiles(pid), proc::MappedPaths(pid)});
-  return CheckCheckpointable(files);
+  return files;
 }
 
 }  // namespace gpusnap

@@ -25,7 +25,8 @@ struct ProcessFiles {
 // about it; Ok otherwise.
 Status CheckCheckpointable(const std::vector<ProcessFiles>& tree);
 
-// The same over the live processes (reads /proc).
-Status CheckCheckpointable(const std::vector<pid_t>& tree);
+// What each process of `tree` has open and mapped, read from /proc once for
+// every check of a checkpoint (this one, the listening ports of tcp_ports.h).
+std::vector<ProcessFiles> ReadProcessFiles(const std::vector<pid_t>& tree);
 
 }  // namespace gpusnap

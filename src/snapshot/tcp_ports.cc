@@ -15,7 +15,6 @@
 #include <sstream>
 #include <thread>
 
-#include "ns/proc.h"
 #include "util/fd.h"
 #include "util/files.h"
 
@@ -125,17 +124,17 @@ std::vector<TcpRow> TimeWaitOn(const std::vector<TcpRow>& rows, const std::vecto
   return out;
 }
 
-std::vector<uint16_t> TreeListeningPorts(const std::vector<pid_t>& tree) {
+std::vector<uint16_t> TreeListeningPorts(const std::vector<ProcessFiles>& tree) {
   if (tree.empty()) return {};
   std::set<uint64_t> inodes;
-  for (pid_t pid : tree)
-    for (const auto& [fd, link] : proc::OpenFiles(pid)) {
+  for (const ProcessFiles& p : tree)
+    for (const auto& [fd, link] : p.fds) {
       uint64_t inode = 0;
       if (link.starts_with("socket:[") && link.ends_with("]") &&
           std::from_chars(link.data() + 8, link.data() + link.size() - 1, inode).ec == std::errc())
         inodes.insert(inode);
     }
-  return ListeningPorts(ReadTable("/proc/" + std::to_string(tree.front()) + "/net"), inodes);
+  return ListeningPorts(ReadTable("/proc/" + std::to_string(tree.front().pid) + "/net"), inodes);
 }
 
 Status FreeTimeWaitPorts(const std::vector<uint16_t>& ports, std::chrono::milliseconds limit,

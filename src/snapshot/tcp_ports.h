@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gpusnap/status.h"
+#include "snapshot/checkpointable.h"
 
 namespace gpusnap {
 
@@ -46,8 +47,9 @@ std::vector<uint16_t> ListeningPorts(const std::vector<TcpRow>& rows, const std:
 // Pure: the TIME_WAIT connections on one of `ports` (as their local port).
 std::vector<TcpRow> TimeWaitOn(const std::vector<TcpRow>& rows, const std::vector<uint16_t>& ports);
 
-// The ports the tree listens on (its sockets, as its own network namespace shows them).
-std::vector<uint16_t> TreeListeningPorts(const std::vector<pid_t>& tree);
+// The ports the tree listens on (its sockets, as the network namespace of its
+// first process shows them).
+std::vector<uint16_t> TreeListeningPorts(const std::vector<ProcessFiles>& tree);
 
 // Ends the TIME_WAIT connections on `ports` in this process's network
 // namespace; where the kernel refuses (no CONFIG_INET_DIAG_DESTROY, no
