@@ -3,26 +3,17 @@
 // src/snapshot/checkpoint.cc and restore.cc.
 #pragma once
 
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "gpusnap/gc.h"
+#include "gpusnap/progress.h"
 #include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
 #include "gpusnap/workload.h"
 
 namespace gpusnap {
-
-// A step of a long operation, reported as it finishes (or as it progresses,
-// for steps that move bytes).
-struct ProgressEvent {
-  std::string phase;     // "resolve", "dump", "publish", "verify", "restore", ...
-  double seconds = 0;    // time spent in the phase so far
-  uint64_t bytes = 0;    // bytes handled by the phase, 0 when not meaningful
-  bool done = false;
-};
-using ProgressFn = std::function<void(const ProgressEvent&)>;
 
 std::string DefaultStore();  // $GPUSNAP_STORE or /var/lib/gpusnap
 
@@ -82,20 +73,6 @@ struct GcOptions {
   std::string store;            // default DefaultStore()
   bool dry_run = false;         // decide and report; delete nothing
   int wait_ms = 0;              // how long to wait for checkpoints writing chunks
-};
-
-struct GcItem {
-  std::string path;             // absolute
-  uint64_t bytes = 0;
-  std::string reason;           // "unreferenced" or "stale temporary"
-};
-
-struct GcResult {
-  std::vector<GcItem> removed;  // what went (with dry_run: what would go)
-  uint64_t removed_bytes = 0;
-  uint64_t kept_chunks = 0;     // chunk files some manifest names
-  uint64_t kept_bytes = 0;
-  uint64_t manifests = 0;       // manifests read
 };
 
 // Marks, then sweeps. Errors: kTimeout when checkpoints hold the chunk store

@@ -61,6 +61,10 @@ class [[nodiscard]] Status {
 
   // Returns this status with `context: ` prepended; OK stays OK.
   Status Wrap(std::string_view context) const;
+  // A failure and what its rollback then did: this status, with "; then
+  // <what> failed: <its message>" appended when `rollback` failed too (a
+  // rollback's failure is never dropped). OK stays OK.
+  Status Then(std::string_view what, const Status& rollback) const;
 
   static Code CodeForErrno(int err);
   static std::string ErrnoText(int err);

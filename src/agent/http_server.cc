@@ -122,7 +122,7 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket) {
       return ReplyError(res, {400, fmt::format("query `all` must be true or false, got `{}`", all_param)});
     Json out = Json::array();
     for (const auto& v : service.ListProcesses(all_param == "true")) {
-      const NodeProcess& p = v.process;
+      const container::NodeProcess& p = v.process;
       Json j = {{"pid", p.pid}, {"ppid", p.ppid}, {"command", p.command}, {"gpu", v.gpu},
                 {"containerInit", p.namespace_init}};
       j["container"] = p.container_id.empty() ? Json(nullptr) : Json(p.container_id);

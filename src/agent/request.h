@@ -14,6 +14,7 @@
 #include <string_view>
 #include <variant>
 
+#include "container/containers.h"
 #include "gpusnap/status.h"
 
 namespace gpusnap::agent {
@@ -29,11 +30,7 @@ int HttpStatusFor(Code code);
 ApiError FromStatus(const Status& status);
 
 // A container of a pod, as the kubelet names it.
-struct PodRef {
-  std::string namespace_name;  // DNS-1123 label
-  std::string name;            // DNS-1123 subdomain
-  std::string container;       // DNS-1123 label
-};
+using container::PodRef;
 
 // POST /v1/checkpoints. Exactly one of pid, container and pod is set.
 struct CheckpointRequest {

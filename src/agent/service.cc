@@ -10,10 +10,10 @@
 #include <filesystem>
 #include <random>
 
-#include "agent/cgroup.h"
+#include "container/cgroup.h"
 #include "gpusnap/operations.h"
 #include "gpusnap/workload.h"
-#include "ns/proc.h"
+#include "proc/proc.h"
 #include "snapshot/placeholder.h"
 #include "util/files.h"
 #include "util/test_hooks.h"
@@ -130,17 +130,17 @@ void Service::Recover() {
 
 std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest& request) {
   // Which tree, and under which lock key.
-  std::vector<NodeProcess> processes;
+  std::vector<container::NodeProcess> processes;
   pid_t root = request.pid;
   pid_t container_init = 0;
-  std::string container;
+  std::string container_id;
   if (request.pod || !request.container.empty()) {
-    processes = ScanProcesses();
-    Result<std::string> id = request.pod ? ContainerIdOfPod(options_.kubelet_log_dir, *request.pod, processes)
-                                         : ExpandContainerId(processes, request.container);
+    processes = container::ScanProcesses();
+    Result<std::string> id = request.pod ? container::ContainerIdOfPod(options_.kubelet_log_dir, *request.pod, processes)
+                                         : container::ExpandContainerId(processes, request.container);
     if (!id.ok()) return Refused{FromStatus(id.status()), ""};
-    container = *id;
-    auto tree_root = ContainerTreeRoot(processes, container);
+    container_id = *id;
+    auto tree_root = container::ContainerTreeRoot(processes, container_id);
     if (!tree_root.ok()) return Refused{FromStatus(tree_root.status()), ""};
     root = *tree_root;
     if (auto st = proc::ReadStat(root); st.ok()) container_init = st->ppid;
@@ -156,15 +156,15 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
                                      "the container by its id",
                                      root));
     auto cg = ReadFile("/proc/" + std::to_string(root) + "/cgroup");
-    if (cg.ok()) container = ParseProcCgroup(*cg).container_id;
+    if (cg.ok()) container_id = container::ParseProcCgroup(*cg).container_id;
   }
   auto root_stat = proc::ReadStat(root);
   if (!root_stat.ok()) return Refuse(404, fmt::format("no process with pid {}", root));
 
   Job job;
   job.kind = "checkpoint";
-  job.lock_key = container.empty() ? fmt::format("pid:{}", root) : "container:" + container;
-  job.target = container.empty() ? fmt::format("pid {}", root) : fmt::format("container {} (pid {})", container, root);
+  job.lock_key = container_id.empty() ? fmt::format("pid:{}", root) : "container:" + container_id;
+  job.target = container_id.empty() ? fmt::format("pid {}", root) : fmt::format("container {} (pid {})", container_id, root);
   for (pid_t p : proc::Tree(root))
     if (auto st = proc::ReadStat(p); st.ok()) job.source.push_back({p, st->start_time});
   // CRIU dumps a container's tree from inside its pid namespace. When the dump
@@ -178,7 +178,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
       held_init = {container_init, st->start_time};
       job.source.push_back(held_init);
     }
-  std::string prefix = container.empty() ? fmt::format("pid{}", root) : "ctr-" + container.substr(0, 12);
+  std::string prefix = container_id.empty() ? fmt::format("pid{}", root) : "ctr-" + container_id.substr(0, 12);
   if (auto workloads = ListWorkloads(); workloads.ok())
     for (const auto& w : *workloads)
       if (w.running && w.pid == root) prefix = w.name;
@@ -340,9 +340,9 @@ size_t Service::RunningJobs() const {
 }
 
 std::vector<Service::ProcessView> Service::ListProcesses(bool all) const {
-  std::map<std::string, KubeletLogName> pods = KubeletContainers(options_.kubelet_log_dir);
+  std::map<std::string, container::KubeletLogName> pods = container::KubeletContainers(options_.kubelet_log_dir);
   std::vector<ProcessView> out;
-  for (auto& p : ScanProcesses()) {
+  for (auto& p : container::ScanProcesses()) {
     ProcessView v;
     v.gpu = proc::UsesNvidiaGpu(p.pid);
     if (!v.gpu && !(all && !p.container_id.empty())) continue;

@@ -29,7 +29,7 @@
 #include <variant>
 #include <vector>
 
-#include "agent/containers.h"
+#include "container/containers.h"
 #include "agent/job.h"
 #include "agent/metrics.h"
 #include "agent/request.h"
@@ -81,9 +81,9 @@ class Service {
   // The node's GPU processes (with `all`, also every process in a container),
   // each with its container and, where the kubelet names it, its pod.
   struct ProcessView {
-    NodeProcess process;
+    container::NodeProcess process;
     bool gpu = false;
-    std::optional<KubeletLogName> pod;
+    std::optional<container::KubeletLogName> pod;
   };
   std::vector<ProcessView> ListProcesses(bool all) const;
 

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "ns/proc.h"
+#include "proc/proc.h"
 #include "util/files.h"
 
 namespace gpusnap::agent {

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "cli/cli.h"
-#include "gpushare/tree.h"
+#include "gpushare/control/tree.h"
 
 namespace gpusnap::cli {
 
@@ -22,12 +22,12 @@ std::string Summary(const nlohmann::json& j) {
 }
 
 // The state of every process, printed; false when one could not be asked.
-bool PrintStates(Context& ctx, const std::vector<gpushare::ShimProcess>& procs, const char* action,
+bool PrintStates(Context& ctx, const std::vector<gpushare::control::ShimProcess>& procs, const char* action,
                  const std::map<std::string, double>& timings) {
   nlohmann::json out = {{"action", action}, {"timings_s", timings}, {"pids", nlohmann::json::array()}};
   bool ok = true;
   for (const auto& p : procs) {
-    auto st = gpushare::Send(p, {ShimCommand::kState, "", "", 10000}, 30000);
+    auto st = gpushare::control::Send(p, {gpushare::ShimCommand::kState, "", "", 10000}, 30000);
     if (!st.ok()) {
       ok = false;
       out["pids"].push_back({{"pid", p.pid}, {"error", st.status().message()}});
@@ -62,7 +62,7 @@ void AddGpushare(CLI::App& app, Context& ctx) {
     return sub;
   };
   add("state", "Show the shim's state in each process")->callback([&ctx, args] {
-    auto procs = gpushare::ShimProcessesOf(args->pids);
+    auto procs = gpushare::control::ShimProcessesOf(args->pids);
     if (!procs.ok()) return ctx.Fail(procs.status());
     if (!PrintStates(ctx, *procs, "state", {})) ctx.exit_code = 1;
   });
@@ -71,22 +71,22 @@ void AddGpushare(CLI::App& app, Context& ctx) {
   suspend->add_option("--timeout-ms", args->timeout_ms, "How long running GPU work may take to drain")
       ->check(CLI::Range(1, 3600000));
   suspend->callback([&ctx, args] {
-    auto procs = gpushare::ShimProcessesOf(args->pids);
+    auto procs = gpushare::control::ShimProcessesOf(args->pids);
     if (!procs.ok()) return ctx.Fail(procs.status());
     std::string store = args->store.empty() ? DefaultStore() : args->store;
     std::map<std::string, double> timings;
-    Status st = gpushare::SuspendInPlace(*procs, store, args->timeout_ms, timings);
+    Status st = gpushare::control::SuspendInPlace(*procs, store, args->timeout_ms, timings);
     if (!st.ok()) return ctx.Fail(st.Wrap("gpushare suspend (every process was resumed)"));
     if (!PrintStates(ctx, *procs, "suspend", timings)) ctx.exit_code = 1;
   });
   auto* resume = add("resume", "Give the processes their device memory back and let them run");
   resume->add_option("--store", args->store, "The store given to suspend");
   resume->callback([&ctx, args] {
-    auto procs = gpushare::ShimProcessesOf(args->pids);
+    auto procs = gpushare::control::ShimProcessesOf(args->pids);
     if (!procs.ok()) return ctx.Fail(procs.status());
     std::string store = args->store.empty() ? DefaultStore() : args->store;
     std::map<std::string, double> timings;
-    Status st = gpushare::ResumeInPlace(*procs, store, timings);
+    Status st = gpushare::control::ResumeInPlace(*procs, store, timings);
     if (!st.ok()) return ctx.Fail(st.Wrap("gpushare resume"));
     if (!PrintStates(ctx, *procs, "resume", timings)) ctx.exit_code = 1;
   });

@@ -18,7 +18,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ns/proc.h"
+#include "proc/proc.h"
 #include "util/files.h"
 
 namespace gpusnap::ns {

@@ -11,7 +11,7 @@
 #include <chrono>
 #include <thread>
 
-#include "ns/proc.h"
+#include "proc/proc.h"
 
 namespace gpusnap::ns {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "ns/proc.h"
+#include "proc/proc.h"
 
 namespace gpusnap {
 namespace {

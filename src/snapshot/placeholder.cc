@@ -2,9 +2,9 @@
 
 #include <filesystem>
 
-#include "agent/cgroup.h"
-#include "agent/containers.h"
-#include "ns/proc.h"
+#include "container/cgroup.h"
+#include "container/containers.h"
+#include "proc/proc.h"
 #include "util/files.h"
 
 namespace gpusnap {
@@ -33,10 +33,10 @@ Status CheckIdlePlaceholder(const std::string& container, pid_t init, const std:
 }
 
 Result<PlaceholderTarget> FindIdlePlaceholder(const std::string& container) {
-  std::vector<agent::NodeProcess> processes = agent::ScanProcesses();
+  std::vector<container::NodeProcess> processes = container::ScanProcesses();
   PlaceholderTarget out;
-  GPUSNAP_ASSIGN_OR_RETURN(out.container_id, agent::ExpandContainerId(processes, container));
-  GPUSNAP_ASSIGN_OR_RETURN(out.init_pid, agent::ContainerInit(processes, out.container_id));
+  GPUSNAP_ASSIGN_OR_RETURN(out.container_id, container::ExpandContainerId(processes, container));
+  GPUSNAP_ASSIGN_OR_RETURN(out.init_pid, container::ContainerInit(processes, out.container_id));
   uint64_t pid_ns = proc::NamespaceId(out.init_pid, "pid");
   if (pid_ns == 0) return Status::Error(Code::kNotFound, "container {}'s init (pid {}) is gone", container, out.init_pid);
   // Every process in the namespace, not only the init's children: a CRIU that
@@ -50,7 +50,7 @@ Result<PlaceholderTarget> FindIdlePlaceholder(const std::string& container) {
   auto mountinfo = ReadFile("/proc/self/mountinfo");
   if (!cgroup.ok()) return cgroup.status().Wrap(fmt::format("reading container {}'s cgroups", container));
   if (!mountinfo.ok()) return mountinfo.status().Wrap("reading the mounts");
-  out.cgroup_procs = agent::CgroupProcsFiles(*cgroup, *mountinfo);
+  out.cgroup_procs = container::CgroupProcsFiles(*cgroup, *mountinfo);
   if (out.cgroup_procs.empty())
     return Status::Error(Code::kFailedPrecondition,
                          "container {}'s cgroups (of its init, pid {}) are mounted nowhere gpusnap can see", container,

@@ -2,7 +2,7 @@
 // `gpusnap __placeholder` (ns/reaper.h), whose pid and mount namespaces CRIU
 // enters and whose cgroups CRIU joins, so the restored tree becomes the
 // container's. The container is found by id through /proc and cgroups, as the
-// agent finds containers (agent/containers.h).
+// agent finds containers (container/containers.h).
 #pragma once
 
 #include <sys/types.h>

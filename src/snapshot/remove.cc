@@ -1,10 +1,10 @@
 // Removing snapshots and collecting the chunks they leave behind
-// (gpusnap/operations.h; the mechanism is src/gpushare/chunk_gc.h).
+// (gpusnap/operations.h; the mechanism is src/gpushare/control/chunk_gc.h).
 #include <unistd.h>
 
-#include "gpushare/chunk_gc.h"
-#include "gpushare/chunk_lock.h"
-#include "gpushare/chunk_store.h"
+#include "gpushare/control/chunk_gc.h"
+#include "gpushare/control/chunk_lock.h"
+#include "gpushare/common/chunk_store.h"
 #include "gpusnap/operations.h"
 #include "store/store.h"
 
@@ -14,9 +14,10 @@ namespace {
 
 // A store without chunks/ has never held a gpushare snapshot: nothing to collect.
 Result<GcResult> LockAndCollect(const Store& store, bool dry_run, int wait_ms) {
-  if (::access(ChunksDir(store.root()).c_str(), F_OK) != 0) return GcResult{};
+  using gpushare::control::ChunkStoreLock;
+  if (::access(gpushare::ChunksDir(store.root()).c_str(), F_OK) != 0) return GcResult{};
   GPUSNAP_ASSIGN_OR_RETURN(auto lock, ChunkStoreLock::Acquire(store.root(), ChunkStoreLock::Mode::kExclusive, wait_ms));
-  return CollectChunks(store, lock, dry_run);
+  return gpushare::control::CollectChunks(store, lock, dry_run);
 }
 
 }  // namespace

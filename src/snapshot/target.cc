@@ -1,12 +1,13 @@
 #include "snapshot/target.h"
 
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
 
 #include "gpusnap/workload.h"
-#include "ns/proc.h"
+#include "proc/proc.h"
 
 namespace gpusnap {
 
@@ -70,6 +71,29 @@ Result<Target> ResolveTarget(const std::string& name_or_pid) {
   t.log = w.log;
   t.started = w.started;
   return t;
+}
+
+SnapshotMeta DescribeSource(const Target& target, const std::string& id, const std::string& criu_version,
+                            bool tcp_established) {
+  SnapshotMeta m;
+  m.id = id;
+  m.created = NowRfc3339();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  m.hostname = host;
+  struct utsname u{};
+  if (::uname(&u) == 0) m.kernel = u.release;
+  m.source.kind = target.name.empty() ? "pid" : "workload";
+  m.source.name = target.name;
+  m.source.host_pid = target.host_pid;
+  m.source.ns_pid = target.ns_pid;
+  m.source.cmdline = target.cmdline;
+  m.source.log = target.log;
+  m.criu_version = criu_version;
+  m.tcp_established = tcp_established;
+  m.shell_job = target.shell_job;
+  m.pids.assign(target.tree.begin(), target.tree.end());
+  return m;
 }
 
 }  // namespace gpusnap

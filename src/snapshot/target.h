@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
 
 namespace gpusnap {
@@ -26,5 +27,10 @@ struct Target {
 // kNotFound: no such workload or pid (or it has exited).
 // kFailedPrecondition: the pid is a namespace's init (the reaper), or gpusnap itself.
 Result<Target> ResolveTarget(const std::string& name_or_pid);
+
+// Pure but for the clock and the host's name: the metadata of a snapshot of
+// `target` that snapshot `id` starts from (source, host, kernel, pids).
+SnapshotMeta DescribeSource(const Target& target, const std::string& id, const std::string& criu_version,
+                            bool tcp_established);
 
 }  // namespace gpusnap

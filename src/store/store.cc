@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <random>
 
-#include "snapshot/format.h"
+#include "store/layout.h"
 #include "store/digest.h"
 #include "util/files.h"
 
@@ -24,7 +24,7 @@ constexpr std::string_view kTmpPrefix = ".tmp-";
 // (CRIU writes its images without fsync).
 Result<std::map<std::string, FileDigest>> DigestTree(const std::string& dir, bool sync, std::string_view algorithm) {
   GPUSNAP_ASSIGN_OR_RETURN(auto names, ListFilesRecursive(dir));
-  std::erase_if(names, [](const std::string& n) { return n == format::kMetaFile || format::IsCriuAccountingFile(n); });
+  std::erase_if(names, [](const std::string& n) { return n == SnapshotFiles::kMetaFile || SnapshotFiles::IsCriuAccountingFile(n); });
   GPUSNAP_ASSIGN_OR_RETURN(uint64_t chunk_bytes, DigestChunkBytes(algorithm));
   return DigestFiles(dir, names, sync, 0, chunk_bytes);
 }
@@ -112,7 +112,7 @@ Status PendingSnapshot::Publish(SnapshotMeta& meta) {
   GPUSNAP_ASSIGN_OR_RETURN(meta.files, DigestTree(tmp_dir_, /*sync=*/true, meta.digest));
   meta.total_bytes = 0;
   for (const auto& [_, d] : meta.files) meta.total_bytes += d.size;
-  std::string meta_path = tmp_dir_ + "/" + format::kMetaFile;
+  std::string meta_path = tmp_dir_ + "/" + SnapshotFiles::kMetaFile;
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(meta_path, SnapshotMetaToJson(meta)));
   // Directories too: a rename of a directory whose entries are not durable
   // could publish an empty snapshot after a power loss.
@@ -128,7 +128,7 @@ Status PendingSnapshot::Publish(SnapshotMeta& meta) {
 
 Result<SnapshotMeta> Store::Load(const std::string& id) const {
   if (!IsValidSnapshotId(id)) return Status::Error(Code::kInvalidArgument, "invalid snapshot id `{}`", id);
-  std::string path = SnapshotDir(id) + "/" + format::kMetaFile;
+  std::string path = SnapshotDir(id) + "/" + SnapshotFiles::kMetaFile;
   if (::access(SnapshotDir(id).c_str(), F_OK) != 0)
     return Status::Error(Code::kNotFound, "no snapshot `{}` in store `{}`", id, root_);
   auto text = ReadFile(path);

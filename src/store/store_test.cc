@@ -8,7 +8,7 @@
 
 #include <filesystem>
 
-#include "snapshot/format.h"
+#include "store/layout.h"
 #include "util/files.h"
 
 namespace gpusnap {

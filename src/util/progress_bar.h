@@ -2,7 +2,7 @@
 // place on a terminal (src/cli/progress.cc). Pure: no I/O, no clock.
 //
 // The library reports a phase as it finishes (ProgressEvent in
-// include/gpusnap/operations.h), so the bar stands at the share of the
+// include/gpusnap/progress.h), so the bar stands at the share of the
 // operation's phases that have finished, in the order the library runs them;
 // the bytes are shown as they are known.
 #pragma once

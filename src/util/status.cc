@@ -31,6 +31,11 @@ Status Status::Wrap(std::string_view context) const {
   return Status(code_, errno_, fmt::format("{}: {}", context, message_));
 }
 
+Status Status::Then(std::string_view what, const Status& rollback) const {
+  if (ok() || rollback.ok()) return *this;
+  return Status(code_, errno_, fmt::format("{}; then {} failed: {}", message_, what, rollback.message_));
+}
+
 Code Status::CodeForErrno(int err) {
   switch (err) {
     case ENOENT:

@@ -7,12 +7,18 @@
 
 namespace gpusnap {
 
-void PauseIfRequested(std::string_view phase) {
+void PauseIfRequested(std::string_view step) {
   const char* want = std::getenv("GPUSNAP_TEST_PAUSE_AT");
-  if (want == nullptr || phase != want) return;
+  if (want == nullptr || step != want) return;
   std::fprintf(stderr, "paused at %s\n", want);
   std::fflush(stderr);
   for (;;) ::pause();
+}
+
+Status InjectedFailure(std::string_view step) {
+  const char* want = std::getenv("GPUSNAP_TEST_FAIL_AT");
+  if (want == nullptr || step != want) return Status::Ok();
+  return Status::Error(Code::kInternal, "injected failure at {}", step);
 }
 
 }  // namespace gpusnap

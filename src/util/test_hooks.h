@@ -1,10 +1,19 @@
-// Fault-injection points for the crash tests: with GPUSNAP_TEST_PAUSE_AT set
-// to a phase name, gpusnap prints `paused at <phase>` on stderr when it
-// reaches that phase and waits there to be killed. Costs one getenv otherwise.
+// Fault-injection points for the crash and undo tests. Each costs one getenv
+// when unused.
+//
+// - GPUSNAP_TEST_PAUSE_AT=<step>: gpusnap prints `paused at <step>` on stderr
+//   when it reaches that step and waits there to be killed.
+// - GPUSNAP_TEST_FAIL_AT=<step>: the step fails as a real failure would, with
+//   kInternal "injected failure at <step>", and the story undoes what it did.
 #pragma once
 
 #include <string_view>
 
+#include "gpusnap/status.h"
+
 namespace gpusnap {
-void PauseIfRequested(std::string_view phase);
-}
+
+void PauseIfRequested(std::string_view step);
+[[nodiscard]] Status InjectedFailure(std::string_view step);
+
+}  // namespace gpusnap

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpusnap/workload.h"
-#include "ns/proc.h"
+#include "proc/proc.h"
 #include "ns/reaper.h"
 #include "util/files.h"
 

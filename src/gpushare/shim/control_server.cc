@@ -12,11 +12,11 @@
 #include <string>
 #include <thread>
 
-#include "gpushare/control_client.h"
-#include "gpushare/protocol.h"
+#include "gpushare/common/control_client.h"
+#include "gpushare/common/protocol.h"
 #include "gpushare/shim/device_memory.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::gpushare::shim {
 namespace {
 
 std::mutex g_mu;
@@ -151,4 +151,4 @@ std::optional<std::pair<uint64_t, int>> ControlSocketIdentity() {
   return g_identity;
 }
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::gpushare::shim

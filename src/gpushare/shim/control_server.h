@@ -7,7 +7,7 @@
 #include <optional>
 #include <utility>
 
-namespace gpusnap::gpushare {
+namespace gpusnap::gpushare::shim {
 
 // Starts the thread once per process (again in a forked child that calls
 // cuInit). Failures are reported on stderr and leave the process running
@@ -19,4 +19,4 @@ void StartControlServer();
 // still its name after a restore into another namespace. nullopt without one.
 std::optional<std::pair<uint64_t, int>> ControlSocketIdentity();
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::gpushare::shim

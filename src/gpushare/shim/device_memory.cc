@@ -13,11 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include "gpushare/chunk_copy.h"
-#include "gpushare/chunk_store.h"
+#include "gpushare/common/chunk_copy.h"
+#include "gpushare/common/chunk_store.h"
 #include "util/files.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::gpushare::shim {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -472,4 +472,4 @@ nlohmann::json DeviceMemory::Describe() {
   return j;
 }
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::gpushare::shim

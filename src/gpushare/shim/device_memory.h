@@ -22,15 +22,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpushare/allocation_registry.h"
-#include "gpushare/chunk_manifest.h"
-#include "gpushare/vmm_table.h"
+#include "gpushare/shim/allocation_registry.h"
+#include "gpushare/common/chunk_manifest.h"
+#include "gpushare/shim/vmm_table.h"
 #include "gpushare/shim/real_driver.h"
 #include "gpushare/shim/work_gate.h"
 #include "gpusnap/status.h"
 #include "util/fd.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::gpushare::shim {
 
 // Allocations below this go to the driver's cuMemAlloc unchanged: they stay in
 // the driver's own checkpoint.
@@ -128,4 +128,4 @@ class DeviceMemory {
   WorkGate gate_;
 };
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::gpushare::shim

@@ -25,7 +25,7 @@
 #include "gpushare/shim/device_memory.h"
 #include "gpushare/shim/real_driver.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::gpushare::shim {
 namespace {
 
 using abi::CUdeviceptr;
@@ -319,11 +319,11 @@ void* HookFor(const char* name, void* real) {
 }
 
 }  // namespace
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::gpushare::shim
 
-using gpusnap::gpushare::HookFor;
-using gpusnap::gpushare::LibcudaSymbol;
-using gpusnap::gpushare::RealDlsym;
+using gpusnap::gpushare::shim::HookFor;
+using gpusnap::gpushare::shim::LibcudaSymbol;
+using gpusnap::gpushare::shim::RealDlsym;
 namespace abi = gpusnap::cuda::abi;
 
 #define SHIM_EXPORT extern "C" __attribute__((visibility("default")))

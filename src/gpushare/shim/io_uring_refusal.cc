@@ -21,7 +21,7 @@ namespace {
 using SyscallFn = long (*)(long, long, long, long, long, long, long);
 
 SyscallFn RealSyscall() {
-  static SyscallFn real = reinterpret_cast<SyscallFn>(gpusnap::gpushare::RealDlsym(RTLD_NEXT, "syscall"));
+  static SyscallFn real = reinterpret_cast<SyscallFn>(gpusnap::gpushare::shim::RealDlsym(RTLD_NEXT, "syscall"));
   return real;
 }
 

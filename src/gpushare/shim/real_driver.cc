@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-namespace gpusnap::gpushare {
+namespace gpusnap::gpushare::shim {
 
 void* RealDlsym(void* handle, const char* name) {
   using DlsymFn = void* (*)(void*, const char*);
@@ -29,4 +29,4 @@ const RealDriver& Real() {
 
 Status DriverError(const char* fn, abi::CUresult rc) { return Real().Error(fn, rc); }
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::gpushare::shim

@@ -4,10 +4,10 @@
 
 #include <string>
 
-#include "gpushare/driver_table.h"
+#include "gpushare/common/driver_table.h"
 #include "gpusnap/status.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::gpushare::shim {
 
 // Resolved once, on first use. REQUIRES: libcuda.so.1 loadable.
 const RealDriver& Real();
@@ -18,4 +18,4 @@ Status DriverError(const char* fn, abi::CUresult rc);
 // The libc dlsym, not ours.
 void* RealDlsym(void* handle, const char* name);
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::gpushare::shim

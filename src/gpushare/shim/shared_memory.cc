@@ -11,12 +11,12 @@
 
 #include <cstring>
 
-#include "gpushare/control_client.h"
-#include "gpushare/protocol.h"
+#include "gpushare/common/control_client.h"
+#include "gpushare/common/protocol.h"
 #include "gpushare/shim/control_server.h"
 #include "gpushare/shim/device_memory.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::gpushare::shim {
 namespace {
 
 uint64_t CurrentContext() {
@@ -422,4 +422,4 @@ nlohmann::json DeviceMemory::DescribeSharing() {
           {"object_released_bytes", released_bytes}};
 }
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::gpushare::shim

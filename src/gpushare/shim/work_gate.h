@@ -11,7 +11,7 @@
 #include <condition_variable>
 #include <mutex>
 
-namespace gpusnap::gpushare {
+namespace gpusnap::gpushare::shim {
 
 class WorkGate {
  public:
@@ -70,4 +70,4 @@ class WorkGate {
   int held_ = 0;         // GUARDED_BY(mu_)
 };
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::gpushare::shim

@@ -1,0 +1,75 @@
+// Device memory to and from the chunk store, on several threads, each with
+// its own pinned staging buffers and streams. The shim saves and loads a
+// process's own memory with it; gpusnap fills memory it made for a restored
+// process with it while CRIU restores the rest (preload.h).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "gpushare/common/chunk_store.h"
+#include "gpushare/common/driver_table.h"
+#include "gpusnap/status.h"
+
+namespace gpusnap::gpushare {
+
+// Where an allocation is mapped in this process, and the context to copy in.
+struct DeviceRange {
+  uint64_t va = 0;
+  uint64_t size = 0;
+  uint64_t context = 0;
+};
+
+// One chunk of one range.
+struct ChunkJob {
+  size_t range = 0;
+  size_t index = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+std::vector<ChunkJob> ChunkJobs(const std::vector<DeviceRange>& ranges);
+
+// A worker's pinned buffers and, per context, its streams. Pinned memory is
+// allocated portable, so any context may copy through it.
+class Staging {
+ public:
+  explicit Staging(const RealDriver& d) : d_(d) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  ~Staging();
+  Status Init(int buffers, uint64_t bytes);
+  void* buffer(size_t i) { return buffers_[i]; }
+  // Makes `ctx` current on this thread and returns its stream number `i`.
+  Result<abi::CUstream> Stream(uint64_t ctx, size_t i);
+  // A worker's own bookkeeping of its buffers: the stream whose copy last read
+  // each one, and whose turn is next.
+  std::vector<abi::CUstream> pending;
+  size_t turn = 0;
+
+ private:
+  const RealDriver& d_;
+  std::vector<void*> buffers_;
+  std::map<uint64_t, std::vector<abi::CUstream>> streams_;
+};
+
+// Runs `work(staging, job)` for every job on `threads` threads, each with its
+// own Staging of `buffers` pinned buffers (allocated in `context`); then
+// `work(staging, SIZE_MAX)` once per thread, to drain. The first failure
+// stops the rest and is returned.
+Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buffers, uint64_t buffer_bytes,
+                    uint64_t context, const std::function<Status(Staging&, size_t job)>& work);
+
+// Fills each range from its allocation's chunks (`sources[i]` for
+// `ranges[i]`, the same size): each worker reads a chunk in 16 MiB pieces
+// into its two pinned buffers in turn, and copies each piece on while reading
+// the next; zero chunks are a memset. A chunk's digest is checked as its
+// pieces go by, and a mismatch fails the fill (kCorruption).
+Status FillFromChunks(const RealDriver& d, const ChunkStore& store, const std::vector<DeviceRange>& ranges,
+                      const std::vector<const ChunkedAllocation*>& sources, unsigned threads);
+
+// The value of the environment variable `name` if it is 1..64, else `fallback`.
+unsigned ThreadsFromEnv(const char* name, unsigned fallback);
+
+}  // namespace gpusnap::gpushare

@@ -1,0 +1,48 @@
+// The chunk manifest gpu/<pid>.chunks: one process's device allocations and
+// the chunks that hold their bytes (see chunk_store.h).
+//
+// Byte format, all integers little-endian:
+//   manifest   := magic:u32 "GPCK" (0x4b435047) version:u32 (2; 1 is read too)
+//                 count:u32 allocation*count
+//   allocation := va:u64 size:u64 device:i32 origin:u8 uuid:16 nchunks:u32 chunk*nchunks
+//                 (version 1: no origin, no uuid)
+//   chunk      := kind:u8 (0 ZERO, 1 XXH3-128) length:u64 [digest:16 if kind 1]
+// Every chunk length is 1..kChunkBytes and an allocation's chunk lengths sum to
+// its size. Nothing follows the last allocation.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpushare/common/chunk_store.h"
+#include "gpusnap/status.h"
+
+namespace gpusnap::gpushare {
+
+inline constexpr uint32_t kChunkManifestMagic = 0x4b435047;  // "GPCK" as bytes on disk
+inline constexpr uint32_t kChunkManifestVersion = 2;
+
+struct ChunkManifest {
+  std::vector<ChunkedAllocation> allocations;
+
+  bool operator==(const ChunkManifest&) const = default;
+};
+
+// The bytes of `manifest`. REQUIRES: every allocation is well formed (lengths
+// 1..kChunkBytes summing to its size); DecodeChunkManifest rejects it otherwise.
+std::string EncodeChunkManifest(const ChunkManifest& manifest);
+
+// Parses EncodeChunkManifest's output. kCorruption for a bad magic, a
+// truncated or over-long input, an unknown chunk kind, a chunk length out of
+// range or lengths not summing to the size; kNotSupported for an unknown
+// version (naming it and the one supported). Messages name `source` (a path).
+Result<ChunkManifest> DecodeChunkManifest(std::string_view bytes, std::string_view source = "chunk manifest");
+
+// The manifest's path inside a snapshot directory: gpu/<pid>.chunks.
+std::string ChunkManifestName(int pid);
+
+}  // namespace gpusnap::gpushare

@@ -1,0 +1,293 @@
+#include "gpushare/control/chunk_gc.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+
+#include "gpushare/common/chunk_store.h"
+#include "gpushare/control/tree.h"
+#include "util/files.h"
+
+namespace gpusnap::gpushare::control {
+namespace {
+
+std::string Hex(char c) { return std::string(32, c); }
+
+ChunkRef Stored(uint8_t fill, uint64_t length = kChunkBytes) {
+  ChunkRef r;
+  r.digest.fill(fill);
+  r.length = length;
+  return r;
+}
+
+ChunkRef Zero() {
+  ChunkRef r;
+  r.zero = true;
+  r.length = kChunkBytes;
+  return r;
+}
+
+ChunkManifest ManifestOf(std::vector<ChunkRef> refs) {
+  ChunkManifest m;
+  uint64_t size = 0;
+  for (const auto& r : refs) size += r.length;
+  m.allocations.push_back({0x7f0000000000, size, 0, std::move(refs)});
+  return m;
+}
+
+std::vector<std::string> Names(const GcResult& r) {
+  std::vector<std::string> out;
+  for (const auto& i : r.removed) out.push_back(i.path + " " + i.reason);
+  return out;
+}
+
+// --- the mark ----------------------------------------------------------------
+
+TEST(LiveChunksTest, StoredChunksOfEveryManifestOnceAndNoZeroChunks) {
+  auto live = LiveChunks({ManifestOf({Stored(0x11), Zero(), Stored(0x22, 5)}), ManifestOf({Stored(0x11)}), {}});
+  EXPECT_EQ(live, (std::set<std::string>{Hex('1'), Hex('2')}));
+}
+
+TEST(LiveChunksTest, NoManifestsNothingLive) { EXPECT_TRUE(LiveChunks({}).empty()); }
+
+TEST(SnapshotManifestsTest, WhatTheMetadataListsAndWhatIsThere) {
+  SnapshotMeta meta;
+  meta.gpu.emplace();
+  meta.gpu->gpushare = true;
+  meta.gpu->ns_pids = {2, 7};
+  EXPECT_EQ(SnapshotManifests(meta, {"2.chunks", "9.chunks", "2.chunks.tmp.41", "notes", ".chunks"}),
+            (std::vector<std::string>{"gpu/2.chunks", "gpu/7.chunks", "gpu/9.chunks"}));
+}
+
+TEST(SnapshotManifestsTest, APlainGpuSnapshotListsOnlyWhatIsThere) {
+  SnapshotMeta meta;
+  meta.gpu.emplace();
+  meta.gpu->ns_pids = {2};
+  EXPECT_TRUE(SnapshotManifests(meta, {}).empty());
+  EXPECT_EQ(SnapshotManifests(SnapshotMeta{}, {"5.chunks"}), std::vector<std::string>{"gpu/5.chunks"});
+}
+
+// --- the sweep ---------------------------------------------------------------
+
+TEST(DecideSweepTest, UnreferencedChunksGoReferencedStay) {
+  std::string a = Hex('a'), b = Hex('b');
+  GcResult r = DecideSweep({a}, {{"aa/" + a, 100, 0}, {"bb/" + b, 30, 0}}, 3600);
+  EXPECT_EQ(Names(r), std::vector<std::string>{"bb/" + b + " unreferenced"});
+  EXPECT_EQ(r.removed_bytes, 30u);
+  EXPECT_EQ(r.kept_chunks, 1u);
+  EXPECT_EQ(r.kept_bytes, 100u);
+}
+
+TEST(DecideSweepTest, TemporariesGoOnlyWhenOld) {
+  std::string c = Hex('c');
+  GcResult r = DecideSweep({c}, {{"cc/" + c + ".tmp-41-0123456789abcdef", 7, 3601},
+                                 {"cc/" + c + ".tmp-42-0123456789abcdef", 9, 3600}},
+                           3600);
+  EXPECT_EQ(Names(r), std::vector<std::string>{"cc/" + c + ".tmp-41-0123456789abcdef stale temporary"});
+  EXPECT_EQ(r.removed_bytes, 7u);
+  EXPECT_EQ(r.kept_chunks, 0u);
+}
+
+TEST(DecideSweepTest, NamesItDoesNotKnowStay) {
+  std::string d = Hex('d');
+  GcResult r = DecideSweep({}, {{"ee/" + d, 1, 99999},                   // in the wrong fan-out directory
+                                {"dd/" + std::string(32, 'D'), 1, 99999},  // not lowercase
+                                {"dd/" + d.substr(1), 1, 99999},           // too short
+                                {"dd/" + d + ".bak", 1, 99999},
+                                {"dd/README", 1, 99999},
+                                {"stray", 1, 99999}},
+                           0);
+  EXPECT_TRUE(r.removed.empty());
+  EXPECT_EQ(r.kept_chunks, 0u);
+}
+
+// --- the lock ----------------------------------------------------------------
+
+class ChunkGcStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpusnap-chunk-gc-test-XXXXXX";
+    root_ = ::mkdtemp(tmpl);
+    auto store = Store::Open(root_, true);
+    ASSERT_TRUE(store.ok());
+    store_.emplace(std::move(store).value());
+    auto chunks = ChunkStore::Open(root_);
+    ASSERT_TRUE(chunks.ok());
+    chunks_.emplace(std::move(chunks).value());
+  }
+  void TearDown() override { (void)RemoveTree(root_); }
+
+  // A chunk of `length` bytes of `fill`, stored.
+  ChunkRef Save(char fill, uint64_t length = 4096) {
+    std::string bytes(length, fill);
+    auto ref = chunks_->SaveChunk(bytes.data(), bytes.size());
+    EXPECT_TRUE(ref.ok()) << ref.status().ToString();
+    return *ref;
+  }
+
+  // A published gpushare snapshot whose process 2 names `refs`.
+  void Publish(const std::string& id, const std::vector<ChunkRef>& refs) {
+    auto pending = store_->Begin(id);
+    ASSERT_TRUE(pending.ok()) << pending.status().ToString();
+    ASSERT_TRUE(MakeDirs(pending->dir() + "/gpu").ok());
+    ASSERT_TRUE(WriteFileSynced(pending->dir() + "/" + ChunkManifestName(2), EncodeChunkManifest(ManifestOf(refs))).ok());
+    SnapshotMeta m;
+    m.id = id;
+    m.created = "2026-12-01T00:00:00.000Z";
+    m.source.kind = "pid";
+    m.criu_version = "4.3";
+    m.gpu.emplace();
+    m.gpu->gpushare = true;
+    m.gpu->ns_pids = {2};
+    m.gpu->control_sockets = {"gpusnap-gpushare.1.2"};
+    m.gpu->chunk_store = root_;
+    Status published = pending->Publish(m);
+    ASSERT_TRUE(published.ok()) << published.ToString();
+  }
+
+  Result<GcResult> Collect(bool dry_run) {
+    GPUSNAP_ASSIGN_OR_RETURN(auto lock, ChunkStoreLock::Acquire(root_, ChunkStoreLock::Mode::kExclusive, 0));
+    return CollectChunks(*store_, lock, dry_run);
+  }
+
+  bool Exists(const ChunkRef& ref) { return ::access(chunks_->ChunkPath(ref.digest).c_str(), F_OK) == 0; }
+  void ExpectRefusal(const std::function<void(const std::string& dir)>& spoil, Code code, const std::string& named);
+
+  std::string root_;
+  std::optional<Store> store_;
+  std::optional<ChunkStore> chunks_;
+};
+
+TEST_F(ChunkGcStoreTest, SharedHoldersShareAndExcludeACollection) {
+  auto a = ChunkStoreLock::Acquire(root_, ChunkStoreLock::Mode::kShared, 0);
+  auto b = ChunkStoreLock::Acquire(root_, ChunkStoreLock::Mode::kShared, 0);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto gc = ChunkStoreLock::Acquire(root_, ChunkStoreLock::Mode::kExclusive, 50);
+  ASSERT_FALSE(gc.ok());
+  EXPECT_EQ(gc.status().code(), Code::kTimeout);
+  EXPECT_NE(gc.status().message().find(ChunkStoreLockPath(root_)), std::string::npos) << gc.status().message();
+}
+
+TEST_F(ChunkGcStoreTest, ACollectionExcludesWriters) {
+  auto gc = ChunkStoreLock::Acquire(root_, ChunkStoreLock::Mode::kExclusive, 0);
+  ASSERT_TRUE(gc.ok());
+  auto writer = ChunkStoreLock::Acquire(root_, ChunkStoreLock::Mode::kShared, 0);
+  ASSERT_FALSE(writer.ok());
+  EXPECT_NE(writer.status().message().find("garbage collection"), std::string::npos);
+}
+
+TEST_F(ChunkGcStoreTest, CollectingUnderASharedLockIsRefused) {
+  auto lock = ChunkStoreLock::Acquire(root_, ChunkStoreLock::Mode::kShared, 0);
+  ASSERT_TRUE(lock.ok());
+  EXPECT_EQ(CollectChunks(*store_, *lock, true).status().code(), Code::kInternal);
+}
+
+// --- mark and sweep over a real store ----------------------------------------
+
+TEST_F(ChunkGcStoreTest, KeepsWhatAnySnapshotNamesAndSweepsTheRest) {
+  ChunkRef shared = Save('s'), only_a = Save('a'), orphan = Save('o', 100);
+  Publish("a", {shared, only_a});
+  Publish("b", {shared});
+  auto dry = Collect(true);
+  ASSERT_TRUE(dry.ok()) << dry.status().ToString();
+  ASSERT_EQ(dry->removed.size(), 1u);
+  EXPECT_EQ(dry->removed[0].path, chunks_->ChunkPath(orphan.digest));
+  EXPECT_EQ(dry->removed_bytes, 100u);
+  EXPECT_EQ(dry->kept_chunks, 2u);
+  EXPECT_EQ(dry->manifests, 2u);
+  EXPECT_TRUE(Exists(orphan));  // a dry run deletes nothing
+
+  ASSERT_TRUE(store_->Remove("a").ok());
+  auto r = Collect(false);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->removed.size(), 2u);
+  EXPECT_FALSE(Exists(orphan));
+  EXPECT_FALSE(Exists(only_a));
+  EXPECT_TRUE(Exists(shared));
+  // Fan-out directories emptied go too.
+  std::string dir = chunks_->ChunkPath(orphan.digest);
+  EXPECT_NE(::access(dir.substr(0, dir.rfind('/')).c_str(), F_OK), 0);
+}
+
+TEST_F(ChunkGcStoreTest, ManifestsOfSnapshotsBeingWrittenAndSuspendedProcessesCount) {
+  ChunkRef pending_ref = Save('p'), suspended_ref = Save('q'), dead_ref = Save('d');
+  auto pending = store_->Begin("live");  // its writer holds it
+  ASSERT_TRUE(pending.ok());
+  ASSERT_TRUE(MakeDirs(pending->dir() + "/gpu").ok());
+  ASSERT_TRUE(WriteFileSynced(pending->dir() + "/gpu/2.chunks", EncodeChunkManifest(ManifestOf({pending_ref}))).ok());
+  std::string suspended = gpushare::control::SuspendedRoot(root_) + "/4711";
+  ASSERT_TRUE(MakeDirs(suspended).ok());
+  ASSERT_TRUE(WriteFileSynced(suspended + "/2.chunks", EncodeChunkManifest(ManifestOf({suspended_ref}))).ok());
+  // A dead writer's leftover: no lock on it.
+  std::string dead = store_->SnapshotsDir() + "/.tmp-dead";
+  ASSERT_TRUE(MakeDirs(dead + "/gpu").ok());
+  ASSERT_TRUE(WriteFileSynced(dead + "/gpu/2.chunks", EncodeChunkManifest(ManifestOf({dead_ref}))).ok());
+
+  auto dry = Collect(true);
+  ASSERT_TRUE(dry.ok()) << dry.status().ToString();
+  ASSERT_EQ(dry->removed.size(), 1u);
+  EXPECT_EQ(dry->removed[0].path, chunks_->ChunkPath(dead_ref.digest));
+  EXPECT_TRUE(std::filesystem::exists(dead));  // a dry run leaves the leftover too
+  auto r = Collect(false);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(Exists(pending_ref));
+  EXPECT_TRUE(Exists(suspended_ref));
+  EXPECT_FALSE(Exists(dead_ref));
+}
+
+// Snapshot `a` and an orphan chunk; `spoil` breaks `a`; the collection must
+// refuse, with `code`, naming `named`, and delete nothing.
+void ChunkGcStoreTest::ExpectRefusal(const std::function<void(const std::string& dir)>& spoil, Code code,
+                                     const std::string& named) {
+  ChunkRef orphan = Save('o');
+  Publish("a", {Save('a')});
+  spoil(store_->SnapshotDir("a"));
+  auto r = Collect(false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), code) << r.status().message();
+  EXPECT_NE(r.status().message().find("refused, nothing deleted"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(named), std::string::npos) << r.status().message();
+  EXPECT_TRUE(Exists(orphan));
+}
+
+TEST_F(ChunkGcStoreTest, ACorruptManifestRefusesNamingIt) {
+  ExpectRefusal([](const std::string& dir) { ASSERT_TRUE(WriteFileAtomic(dir + "/gpu/2.chunks", "garbage").ok()); },
+                Code::kCorruption, store_->SnapshotDir("a") + "/gpu/2.chunks");
+}
+
+TEST_F(ChunkGcStoreTest, AMissingManifestOfAGpushareSnapshotRefuses) {
+  ExpectRefusal([](const std::string& dir) { ASSERT_EQ(::unlink((dir + "/gpu/2.chunks").c_str()), 0); },
+                Code::kNotFound, store_->SnapshotDir("a") + "/gpu/2.chunks");
+}
+
+TEST_F(ChunkGcStoreTest, AnUnreadableSnapshotRefuses) {
+  ExpectRefusal([](const std::string& dir) { ASSERT_TRUE(WriteFileAtomic(dir + "/gpusnap.json", "{").ok()); },
+                Code::kCorruption, "snapshot `a`");
+}
+
+TEST_F(ChunkGcStoreTest, OldTemporariesOfChunkWritesGo) {
+  ChunkRef kept = Save('k');
+  std::string chunk = chunks_->ChunkPath(kept.digest);
+  std::string old_tmp = chunk + ".tmp-1-00000000deadbeef", new_tmp = chunk + ".tmp-2-00000000deadbeef";
+  ASSERT_TRUE(WriteFileSynced(old_tmp, "x").ok());
+  ASSERT_TRUE(WriteFileSynced(new_tmp, "y").ok());
+  struct timespec times[2] = {{0, UTIME_OMIT}, {::time(nullptr) - 2 * kChunkTempMaxAgeS, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, old_tmp.c_str(), times, 0), 0);
+  Publish("a", {kept});
+  auto r = Collect(false);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->removed.size(), 1u);
+  EXPECT_EQ(r->removed[0].path, old_tmp);
+  EXPECT_EQ(r->removed[0].reason, "stale temporary");
+  EXPECT_TRUE(std::filesystem::exists(new_tmp));
+  EXPECT_TRUE(Exists(kept));
+}
+
+}  // namespace
+}  // namespace gpusnap::gpushare::control

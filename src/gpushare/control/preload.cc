@@ -1,0 +1,106 @@
+#include "gpushare/control/preload.h"
+
+#include <dlfcn.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
+#include "gpushare/common/chunk_copy.h"
+#include "gpushare/common/chunk_manifest.h"
+#include "gpushare/common/chunk_store.h"
+#include "gpushare/control/tree.h"
+#include "util/files.h"
+
+namespace gpusnap::gpushare::control {
+Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const std::string& chunk_store,
+                                              const std::vector<PreloadTarget>& targets,
+                                              const PreloadDevice& device_for, unsigned threads) {
+  // The library this process loaded already: the same handle, cuInit done.
+  void* lib = ::dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+  if (lib == nullptr) return Status::Error(Code::kNotFound, "preload: loading `{}`: {}", libcuda, ::dlerror());
+  PreloadedMemory out;
+  out.d_ = ResolveRealDriver(lib, &::dlsym);
+  const RealDriver& d = out.d_;
+  if (!d.missing.empty())
+    return Status::Error(Code::kNotSupported, "preload: the driver `{}` has no {}", libcuda, d.missing);
+  GPUSNAP_ASSIGN_OR_RETURN(ChunkStore store, ChunkStore::Open(chunk_store));
+
+  std::vector<ChunkManifest> manifests;
+  for (const PreloadTarget& t : targets) {
+    GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(t.manifest_path));
+    GPUSNAP_ASSIGN_OR_RETURN(ChunkManifest m, DecodeChunkManifest(bytes, t.manifest_path));
+    manifests.push_back(std::move(m));
+  }
+  std::map<int, abi::CUcontext> contexts;  // by this process's ordinal
+  std::vector<DeviceRange> ranges;
+  std::vector<const ChunkedAllocation*> sources;
+  for (size_t t = 0; t < targets.size(); ++t) {
+    for (const ChunkedAllocation& a : manifests[t].allocations) {
+      if (a.origin != AllocationOrigin::kShim || a.size == 0) continue;
+      std::optional<int> ordinal = device_for(a.device_uuid);
+      if (!ordinal) continue;
+      auto ctx = contexts.find(*ordinal);
+      if (ctx == contexts.end()) {
+        abi::CUdevice dev = 0;
+        abi::CUcontext c = nullptr;
+        GPUSNAP_RETURN_IF_CU_ERROR(d, d.device_get(&dev, *ordinal), "cuDeviceGet");
+        GPUSNAP_RETURN_IF_CU_ERROR(d, d.primary_ctx_retain(&c, dev), "cuDevicePrimaryCtxRetain");
+        out.retained_.push_back(dev);
+        ctx = contexts.emplace(*ordinal, c).first;
+      }
+      GPUSNAP_RETURN_IF_CU_ERROR(d, d.ctx_set_current(ctx->second), "cuCtxSetCurrent");
+      // As the shim makes it (device_memory.cc): exportable, so it can be
+      // handed over, and exported again by the process for CUDA IPC.
+      abi::CUmemAllocationProp prop{};
+      prop.type = abi::CU_MEM_ALLOCATION_TYPE_PINNED;
+      prop.requestedHandleTypes = abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+      prop.location = {abi::CU_MEM_LOCATION_TYPE_DEVICE, *ordinal};
+      Mapping m{0, a.size, 0};
+      GPUSNAP_RETURN_IF_CU_ERROR(d, d.mem_create(&m.handle, a.size, &prop, 0), "cuMemCreate");
+      if (abi::CUresult rc = d.address_reserve(&m.va, a.size, 0, 0, 0); rc != abi::CUDA_SUCCESS) {
+        d.mem_release(m.handle);
+        return d.Error("cuMemAddressReserve", rc);
+      }
+      abi::CUresult rc = d.mem_map(m.va, a.size, 0, m.handle, 0);
+      abi::CUmemAccessDesc access{{abi::CU_MEM_LOCATION_TYPE_DEVICE, *ordinal}, abi::CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+      if (rc == abi::CUDA_SUCCESS) rc = d.mem_set_access(m.va, a.size, &access, 1);
+      out.mappings_.push_back(m);  // from here the destructor undoes it
+      if (rc != abi::CUDA_SUCCESS) return d.Error("cuMemMap", rc).Wrap(fmt::format("preload of {:#x}", a.va));
+      int fd = -1;
+      GPUSNAP_RETURN_IF_CU_ERROR(d, d.mem_export(&fd, m.handle, abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                 "cuMemExportToShareableHandle");
+      out.by_pid_[targets[t].ns_pid].push_back({a.va, a.size, UniqueFd(fd)});
+      ranges.push_back({m.va, a.size, reinterpret_cast<uint64_t>(ctx->second)});
+      sources.push_back(&a);
+      out.bytes_ += a.size;
+    }
+  }
+  GPUSNAP_RETURN_IF_ERROR(FillFromChunks(d, store, ranges, sources, threads).Wrap("preload"));
+  return out;
+}
+
+PreloadedMemory::~PreloadedMemory() {
+  for (const Mapping& m : mappings_) {
+    d_.mem_unmap(m.va, m.size);
+    d_.address_free(m.va, m.size);
+    d_.mem_release(m.handle);
+  }
+  for (abi::CUdevice dev : retained_) d_.primary_ctx_release(dev);
+}
+
+PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
+                            const std::vector<int>& ns_pids, PreloadDevice device_for) {
+  const char* enabled = std::getenv("GPUSNAP_GPUSHARE_PRELOAD");
+  if (enabled != nullptr && std::string_view(enabled) == "0") return {};
+  std::vector<PreloadTarget> targets;
+  for (int ns_pid : ns_pids) targets.push_back({ns_pid, ManifestPath(manifest_dir, {0, ns_pid, ""})});
+  unsigned threads = ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS", 12);
+  return Beside([libcuda, chunk_store, targets, device_for = std::move(device_for), threads] {
+    return PreloadedMemory::Make(libcuda, chunk_store, targets, device_for, threads);
+  });
+}
+
+}  // namespace gpusnap::gpushare::control

@@ -1,0 +1,92 @@
+// The device memory of a restore, made and filled by gpusnap itself while
+// CRIU restores the processes' CPU memory, then handed to them.
+//
+// A shim can only load its process's device memory once CRIU and the driver
+// have restored the process: the load would then follow CRIU instead of
+// running beside it. So gpusnap, before CRIU starts, makes each allocation the
+// shims made (cuMemAlloc; origin kShim in the manifest) on the GPU it will
+// be on (through the GPU map), fills it from the chunks on all GPUs at once,
+// and exports it as a POSIX fd. After the driver restore each shim adopts its
+// allocations from those fds (`adopt`: import, map at the same address) and
+// its `load` fills only what is left: the application's own VMM objects, and
+// anything not made here. Preloading is an optimisation: whatever fails here
+// is loaded by the shims as before.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpushare/common/driver_table.h"
+#include "gpusnap/status.h"
+#include "util/beside.h"
+#include "util/fd.h"
+
+namespace gpusnap::gpushare::control {
+
+struct PreloadTarget {
+  int ns_pid = 0;             // the process, by its pid in its namespace
+  std::string manifest_path;  // its gpu/<ns pid>.chunks
+};
+
+struct PreloadedAllocation {
+  uint64_t va = 0;  // where the process has it
+  uint64_t size = 0;
+  UniqueFd fd;      // the memory, for the process to import
+};
+
+// The GPU (this process's device ordinal) memory checkpointed on the GPU
+// with this UUID goes to now; nullopt: not preloaded.
+using PreloadDevice = std::function<std::optional<int>(const std::array<uint8_t, 16>& checkpoint_uuid)>;
+
+class PreloadedMemory {
+ public:
+  // Makes and fills the shim allocations of every target. `libcuda` is the
+  // driver library this process loaded (cuInit done). Errors: the manifests
+  // (kCorruption, kIoError), the driver (kExternal), a chunk (kCorruption).
+  static Result<PreloadedMemory> Make(const std::string& libcuda, const std::string& chunk_store,
+                                      const std::vector<PreloadTarget>& targets, const PreloadDevice& device_for,
+                                      unsigned threads);
+
+  PreloadedMemory(PreloadedMemory&&) = default;
+  PreloadedMemory& operator=(PreloadedMemory&&) = default;
+  // Unmaps and releases this process's hold on the memory, and the
+  // contexts; what a process adopted lives on in it.
+  ~PreloadedMemory();
+
+  // The allocations made for the process `ns_pid`; the caller passes each fd
+  // on (and may take it).
+  std::vector<PreloadedAllocation>& Of(int ns_pid) { return by_pid_[ns_pid]; }
+  uint64_t bytes() const { return bytes_; }
+  size_t count() const { return mappings_.size(); }
+
+ private:
+  PreloadedMemory() = default;
+  struct Mapping {
+    abi::CUdeviceptr va = 0;  // in this process
+    uint64_t size = 0;
+    abi::CUmemGenericAllocationHandle handle = 0;
+  };
+  RealDriver d_;
+  std::vector<Mapping> mappings_;
+  std::vector<abi::CUdevice> retained_;  // primary contexts this object holds
+  std::map<int, std::vector<PreloadedAllocation>> by_pid_;
+  uint64_t bytes_ = 0;
+};
+
+// A preload running beside a restore's other steps (an invalid future: none).
+using PendingPreload = std::future<Timed<Result<PreloadedMemory>>>;
+
+// Starts PreloadedMemory::Make for the processes `ns_pids` (their manifests
+// in `manifest_dir`) on a thread of its own, with
+// GPUSNAP_GPUSHARE_PRELOAD_THREADS copy threads (12). With
+// GPUSNAP_GPUSHARE_PRELOAD=0 it starts nothing: the shims' load does it all.
+PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
+                            const std::vector<int>& ns_pids, PreloadDevice device_for);
+
+}  // namespace gpusnap::gpushare::control

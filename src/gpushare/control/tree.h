@@ -1,0 +1,131 @@
+// gpusnap's side of gpushare: finding the shim in a tree's GPU processes and
+// driving all of them together over their control sockets (protocol.h).
+//
+// ReleaseAll and LoadAll act on every process concurrently and are all or
+// nothing: when one process fails, every process that had already changed is
+// brought back (loaded, resumed), so the tree keeps working.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <map>
+#include <string_view>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpushare/common/protocol.h"
+#include "gpushare/control/preload.h"
+#include "gpusnap/status.h"
+#include "util/fd.h"
+
+namespace gpusnap::gpushare::control {
+
+inline constexpr const char* kShimLibraryName = "libgpusnap_gpushare.so";
+
+struct ShimProcess {
+  pid_t pid = 0;       // as this process sees it
+  int ns_pid = 0;      // in its own pid namespace
+  std::string socket;  // its control socket's abstract name
+};
+
+// Pure: given, for each GPU process, whether it maps the shim, is this a
+// gpushare tree (true), a plain one (false), or a mix (kFailedPrecondition
+// naming a pid with and a pid without)?
+Result<bool> DecideShimUse(const std::vector<pid_t>& gpu_pids, const std::vector<bool>& maps_shim);
+
+// Whether `pid` has the shim library mapped, and its path.
+std::string MappedShimPath(pid_t pid);
+
+// The shim processes among `gpu_pids`: all of them, or none (plain driver
+// path), or an error for a mix.
+Result<std::vector<ShimProcess>> FindShimProcesses(const std::vector<pid_t>& gpu_pids);
+
+// One request to one process; the reply's fields. Errors name the pid.
+// `send_fd` (>= 0) is passed with the request (remap); the fd the process
+// passes back (export) lands in `received`.
+Result<nlohmann::json> Send(const ShimProcess& p, const ControlRequest& request, int timeout_ms, int send_fd = -1,
+                            UniqueFd* received = nullptr);
+
+// The manifest of one process inside `dir` (a snapshot's gpu/ directory).
+std::string ManifestPath(const std::string& dir, const ShimProcess& p);
+
+// Device memory shared between the processes (CUDA IPC, exported VMM fds):
+// each process's state lists the fds it keeps of what it exported and of
+// what it imported; an import and an export that are the same open file are
+// the same memory.
+struct KeptFd {
+  uint64_t id = 0;  // exports: the object; imports: the import
+  int fd = -1;
+};
+struct ProcessSharing {
+  std::vector<KeptFd> exports;
+  std::vector<KeptFd> imports;
+};
+// One import of one process: whose object it is.
+struct Share {
+  uint64_t import = 0;
+  int exporter_ns_pid = 0;
+  uint64_t object = 0;
+
+  bool operator==(const Share&) const = default;
+};
+// How long attempt number `attempt` (from 1) of quiescing several processes
+// together may take, within `timeout_ms` in all.
+int QuiesceAttemptMs(int attempt, int timeout_ms);
+
+// Whether fd `a` of process `ia` and fd `b` of process `ib` are one open file.
+using SameFile = std::function<bool(size_t ia, int a, size_t ib, int b)>;
+// Pure: for each process, its imports' exporters. kFailedPrecondition naming
+// the process when an import matches no export of another process in `procs`.
+Result<std::vector<std::vector<Share>>> MatchShares(const std::vector<ShimProcess>& procs,
+                                                    const std::vector<ProcessSharing>& sharing,
+                                                    const SameFile& same_file);
+ProcessSharing SharingFromState(const nlohmann::json& state);
+std::string EncodeShares(const std::vector<Share>& shares);
+Result<std::vector<Share>> DecodeShares(std::string_view text, const std::string& path);
+// Beside a process's manifest: its imports, present only when it has some.
+std::string SharesPath(const std::string& manifest_path);
+
+// Quiesce every process, then release every process's device memory into
+// `chunk_store` with its manifest in `manifest_dir`. Timings: gpushare-quiesce,
+// gpushare-release. On failure every process is back to running.
+Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
+                  const std::string& manifest_dir, int quiesce_timeout_ms, std::map<std::string, double>& timings);
+
+// Hands each process the allocations gpusnap made and filled for it
+// (preload.h), as `adopt` requests, all processes at once. A refusal is
+// returned, and leaves that process's remaining allocations to its load.
+// Timing: gpushare-adopt.
+Status AdoptPreloaded(const std::vector<ShimProcess>& procs, PreloadedMemory& preloaded,
+                      std::map<std::string, double>& timings);
+
+// Load every process's device memory back, then resume every one (only after
+// all have loaded). Timing: gpushare-load, gpushare-resume.
+Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store, const std::string& manifest_dir,
+               std::map<std::string, double>& timings);
+
+// Before a restore touches anything: every process's manifest in
+// `manifest_dir` decodes, and every chunk it names is in `chunk_store` with
+// its size (the bytes are checked against their digests as they load).
+Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids);
+
+// `gpusnap gpushare suspend|resume`: the processes `pids` (each must load the
+// shim) give up their device memory in place, into `store`'s chunk store with
+// the manifests under <store>/suspended/<pid>/, and take it back.
+// SuspendInPlace holds the chunk store lock shared (chunk_lock.h) until the
+// manifests are written.
+Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids);
+std::string SuspendedRoot(const std::string& store);  // <store>/suspended
+std::string SuspendedDir(const std::string& store, const ShimProcess& p);
+Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,
+                      std::map<std::string, double>& timings);
+Status ResumeInPlace(const std::vector<ShimProcess>& procs, const std::string& store,
+                     std::map<std::string, double>& timings);
+
+// Resume every process (after a quiesce only).
+Status ResumeAll(const std::vector<ShimProcess>& procs);
+
+}  // namespace gpusnap::gpushare::control

@@ -1,0 +1,63 @@
+// Facts about processes, read from /proc. Every function is a read; none
+// changes a process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpusnap/status.h"
+
+namespace gpusnap::proc {
+
+struct Stat {
+  pid_t pid = 0;
+  char state = '?';
+  pid_t ppid = 0;
+  pid_t session = 0;
+  uint64_t start_time = 0;  // clock ticks since boot: with the pid, identifies a process
+};
+
+// kNotFound if the process does not exist (or is gone by the time it is read).
+Result<Stat> ReadStat(pid_t pid);
+bool Exists(pid_t pid);
+// True if `pid` still names the process that started at `start_time`.
+bool IsSameProcess(pid_t pid, uint64_t start_time);
+
+// Direct children of every thread of `pid`.
+std::vector<pid_t> Children(pid_t pid);
+// `pid` and all its descendants, parents before children.
+std::vector<pid_t> Tree(pid_t pid);
+
+// The pid in each nested pid namespace, outermost first (/proc/<pid>/status NSpid).
+Result<std::vector<pid_t>> NsPids(pid_t pid);
+
+// The host pid of the task that has pid `ns_pid` in its innermost namespace,
+// among `root`'s descendants, waiting up to 2 s for it to appear (a task CRIU
+// just restored may not be listed yet). kExternal when it does not appear.
+Result<pid_t> WaitForNsPid(pid_t root, pid_t ns_pid);
+std::vector<std::string> Cmdline(pid_t pid);
+
+// The namespace identity (inode of /proc/<pid>/ns/<kind>), 0 if unreadable.
+uint64_t NamespaceId(pid_t pid, const char* kind);
+
+// What each open file descriptor of the process names (the /proc/<pid>/fd
+// links: a path, "pipe:[..]", "anon_inode:[..]"), by descriptor; empty if
+// the process is gone or unreadable.
+std::vector<std::pair<int, std::string>> OpenFiles(pid_t pid);
+// The path column of /proc/<pid>/maps, one entry per mapping that names one.
+std::vector<std::string> MappedPaths(pid_t pid);
+
+// True if the process maps an NVIDIA device file (/dev/nvidia*): it holds a
+// CUDA context.
+bool UsesNvidiaGpu(pid_t pid);
+
+// The host tid of a thread of `pid` known by `tid`, which may be its host tid
+// or its tid inside the process's pid namespace (what a program there sees,
+// and what the CUDA driver reports). kNotFound if no thread matches.
+Result<pid_t> HostTid(pid_t pid, pid_t tid);
+
+}  // namespace gpusnap::proc

@@ -1,0 +1,32 @@
+// The one place that names the files inside a snapshot directory
+// (<store>/snapshots/<id>/). Layout, DESIGN.md §4:
+//
+//   gpusnap.json     metadata and the SHA-256 of every other file
+//   checkpoint/      CRIU images      ┐ the Kubernetes/CRI-O/Podman
+//   config.dump      container config │ checkpoint archive layout, so
+//   spec.dump        OCI runtime spec ┘ checkpointctl reads it
+//   dump.log         CRIU's log of the dump (not digested: see below)
+//   stats-dump       CRIU's timing of the dump (likewise)
+#pragma once
+
+#include <string_view>
+
+namespace gpusnap {
+
+// The names, as static members so that a use reads SnapshotFiles::kMetaFile.
+struct SnapshotFiles {
+  static constexpr const char* kMetaFile = "gpusnap.json";
+  static constexpr const char* kCheckpointDir = "checkpoint";
+  static constexpr const char* kGpuDir = "gpu";  // gpushare manifests, <ns pid>.chunks
+  static constexpr const char* kConfigDump = "config.dump";
+  static constexpr const char* kSpecDump = "spec.dump";
+  static constexpr const char* kDumpLog = "dump.log";
+  static constexpr const char* kStatsDump = "stats-dump";
+
+  // CRIU's own accounting, which it keeps writing after the post-dump
+  // notification at which gpusnap publishes. They carry no state a restore
+  // reads, so they are left out of the digests (docs/snapshot-format.md).
+  static bool IsCriuAccountingFile(std::string_view name) { return name == kDumpLog || name == kStatsDump; }
+};
+
+}  // namespace gpusnap
