@@ -230,10 +230,7 @@ std::string DefaultStore() {
 Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options) {
   Phases phases(options.progress);
   CheckpointRun run;  // before the undo, whose steps refer to it
-  UndoStack undo;
-  Result<SnapshotMeta> meta = TakeCheckpoint(options, phases, run, undo);
-  if (!meta.ok()) return undo.Fail(meta.status());
-  return meta;
+  return WithUndo([&](UndoStack& undo) { return TakeCheckpoint(options, phases, run, undo); });
 }
 
 }  // namespace gpusnap

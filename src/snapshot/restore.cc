@@ -278,10 +278,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
 Result<RestoreResult> Restore(const RestoreOptions& options) {
   Phases phases(options.progress);
   RestoreRun run;  // before the undo, whose steps refer to it
-  UndoStack undo;
-  Result<RestoreResult> result = TakeRestore(options, phases, run, undo);
-  if (!result.ok()) return undo.Fail(result.status());
-  return result;
+  return WithUndo([&](UndoStack& undo) { return TakeRestore(options, phases, run, undo); });
 }
 
 }  // namespace gpusnap

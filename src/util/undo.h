@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -47,5 +48,16 @@ class UndoStack {
   };
   std::vector<Undo> undos_;
 };
+
+// A story's one exit: runs `story(undo)` with a fresh stack, and returns its
+// result, or its failure through UndoStack::Fail. What the undos refer to
+// must be declared before the call.
+template <typename Story>
+auto WithUndo(Story&& story) -> decltype(story(std::declval<UndoStack&>())) {
+  UndoStack undo;
+  auto result = story(undo);
+  if (!result.ok()) return undo.Fail(result.status());
+  return result;
+}
 
 }  // namespace gpusnap

@@ -62,5 +62,22 @@ TEST(UndoStack, AnArmedStackUndoesOnDestructionOnce) {
   EXPECT_EQ(ran, 2);
 }
 
+TEST(WithUndo, AFailedStoryReturnsThroughTheUndoAndASuccessKeepsItsSteps) {
+  int undone = 0;
+  Result<int> failed = WithUndo([&](UndoStack& undo) -> Result<int> {
+    undo.Push("step", [&] { ++undone; return Status::Ok(); });
+    return Status::Error(Code::kNotFound, "gone");
+  });
+  EXPECT_EQ(failed.status().message(), "gone");
+  EXPECT_EQ(undone, 1);
+  Result<int> done = WithUndo([&](UndoStack& undo) -> Result<int> {
+    undo.Push("step", [&] { ++undone; return Status::Ok(); });
+    undo.Disarm();
+    return 7;
+  });
+  EXPECT_EQ(*done, 7);
+  EXPECT_EQ(undone, 1);
+}
+
 }  // namespace
 }  // namespace gpusnap

@@ -162,6 +162,20 @@ class FakeGpuCase(GpusnapCase):
         with open(os.path.join(self.nvproc, "version"), "w") as f:
             f.write(DRIVER_VERSION_LINE.format(version))
 
+    def run_gpu_counter(self, name):
+        """A counter that maps the device stand-in, started with `gpusnap run`
+        (only gpusnap loads the fake: the workload keeps its own environment)."""
+        pid = int(self.gs("run", "--name", name, "--", os.path.join(WORKLOADS, "counter"), self.data, "0",
+                          self.device).stdout.strip())
+        self.wait_count(pid, 3)
+        return pid
+
+    def device_state(self):
+        """The fake driver's state of the workload, kept in the device stand-in."""
+        with open(self.device) as f:
+            head = f.read(32).strip("\0").split()
+        return int(head[1]) if head else 0
+
 
 class WorkerSteps:
     """For tests of tests/workloads/vmm_worker, whose output (self.output)

@@ -14,16 +14,7 @@ from harness import WORKLOADS, FakeGpuCase
 class GpuFlowWithFakeDriver(FakeGpuCase):
     def setUp(self):
         super().setUp()
-        # Only gpusnap loads the fake; `gpusnap run` keeps the workload's own environment.
-        self.pid = int(self.gs("run", "--name", "gpu", "--", os.path.join(WORKLOADS, "counter"), self.data, "0",
-                               self.device).stdout.strip())
-        self.wait_count(self.pid, 3)
-
-    def device_state(self):
-        """The fake driver's state of the workload, kept in the device stand-in."""
-        with open(self.device) as f:
-            head = f.read(32).strip("\0").split()
-        return int(head[1]) if head else 0
+        self.pid = self.run_gpu_counter("gpu")
 
     def calls(self):
         """(function, pid) of every checkpoint-API call the fake saw, in order."""

@@ -9,7 +9,7 @@ import subprocess
 import time
 import unittest
 
-from harness import GPUSNAP, WORKLOADS, FakeGpuCase, GpusnapCase
+from harness import GPUSNAP, FakeGpuCase, GpusnapCase
 from test_restore_into_container import PlaceholderCase
 
 CHECKPOINT_STEPS = ["resolve", "begin", "gpu-suspend", "gpu-detach-0", "post-dump"]
@@ -19,14 +19,7 @@ RESTORE_STEPS = ["verify", "namespace", "criu-restore", "gpu-restore", "record"]
 class UndoWithFakeDriver(FakeGpuCase):
     def setUp(self):
         super().setUp()
-        self.pid = int(self.gs("run", "--name", "gpu", "--", os.path.join(WORKLOADS, "counter"), self.data, "0",
-                               self.device).stdout.strip())
-        self.wait_count(self.pid, 3)
-
-    def device_state(self):
-        with open(self.device) as f:
-            head = f.read(32).strip("\0").split()
-        return int(head[1]) if head else 0
+        self.pid = self.run_gpu_counter("gpu")
 
     def set_device_state(self, state):
         """The fake keeps a process's driver state in the device stand-in, not in

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "agent/cgroup.h"
+#include "container/cgroup.h"
 #include "agent/job.h"
 #include "agent/request.h"
 #include "gpusnap/snapshot.h"
