@@ -1,5 +1,5 @@
 // `gpusnap gpushare state|suspend|resume PID...`: the gpushare shim inside
-// running processes, driven in place (src/gpushare/tree.h).
+// running processes, driven in place (src/gpushare/control/tree.h).
 #include <cstdio>
 
 #include "cli/cli.h"

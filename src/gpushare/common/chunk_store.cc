@@ -14,7 +14,7 @@
 #include <random>
 #include <thread>
 
-// Header-only use of libxxhash: gpusnap_core links nothing for it.
+// Header-only use of libxxhash: gpusnap links nothing for it.
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 

@@ -1,6 +1,6 @@
 // The shim's control thread: it listens on the abstract unix socket
 // ControlSocketName(<pid namespace inode>, getpid()) and serves one request
-// per connection (gpushare/protocol.h).
+// per connection (gpushare/common/protocol.h).
 #pragma once
 
 #include <cstdint>
