@@ -176,6 +176,13 @@ class FakeGpuCase(GpusnapCase):
             head = f.read(32).strip("\0").split()
         return int(head[1]) if head else 0
 
+    def set_device_state(self, state):
+        """The fake keeps a process's driver state in the device stand-in, not in
+        the snapshot: a restore after one that got as far as the GPU restore
+        starts from CHECKPOINTED (2) again, as a restore of the snapshot would."""
+        with open(self.device, "r+b") as f:
+            f.write(f"state {state}\n".encode().ljust(32, b"\0"))
+
 
 class WorkerSteps:
     """For tests of tests/workloads/vmm_worker, whose output (self.output)

@@ -221,6 +221,35 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.assertEqual(self.shim_state(pid)["state"], "running")
         self.assert_goes_on()
 
+    def test_a_failure_at_each_gpushare_step_is_undone(self):
+        # The undo of each story (tests/e2e/test_undo.py) through the shim: the
+        # released memory comes back to the source; a restore that fails after
+        # the load leaves no process, and the next one works.
+        pid = self.start()
+        for step in ("gpushare-release", "gpu-suspend", "post-dump"):
+            with self.subTest(step=step):
+                p = self.gs("checkpoint", "vmm", env=dict(self.env, GPUSNAP_TEST_FAIL_AT=step), check=False)
+                self.assertEqual(p.returncode, 1, p.stdout)
+                self.assertIn(f"injected failure at {step}", p.stderr)
+                self.assertNotIn(" then ", p.stderr)
+                self.assertEqual(self.snapshots(), [])
+                self.assertEqual(self.shim_state(pid)["state"], "running")
+                self.assert_goes_on()
+        snap = self.checkpoint("vmm")
+        for step in ("gpushare-load", "record"):
+            with self.subTest(step=step):
+                self.set_device_state(2)
+                p = self.gs("restore", snap, env=dict(self.env, GPUSNAP_TEST_FAIL_AT=step), check=False)
+                self.assertEqual(p.returncode, 1, p.stdout)
+                self.assertIn(f"injected failure at {step}", p.stderr)
+                end = time.time() + 5
+                while self.workers() and time.time() < end:
+                    time.sleep(0.1)
+                self.assertEqual(self.workers(), [])
+        self.set_device_state(2)
+        self.restore(snap)
+        self.assert_goes_on()
+
     def test_restore_refuses_a_missing_chunk_before_anything_starts(self):
         self.start()
         snap = self.checkpoint("vmm")

@@ -21,13 +21,6 @@ class UndoWithFakeDriver(FakeGpuCase):
         super().setUp()
         self.pid = self.run_gpu_counter("gpu")
 
-    def set_device_state(self, state):
-        """The fake keeps a process's driver state in the device stand-in, not in
-        the snapshot: a restore after one that got as far as the GPU restore
-        starts from CHECKPOINTED again, as a restore of the snapshot would."""
-        with open(self.device, "r+b") as f:
-            f.write(f"state {state}\n".encode().ljust(32, b"\0"))
-
     def tasks_of_snapshot(self):
         """Live processes that map this test's device stand-in (the workload's tree)."""
         out = subprocess.run(["pgrep", "-f", self.device], capture_output=True, text=True).stdout.split()
