@@ -247,7 +247,12 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
       return digests.value.Wrap("refusing to restore");
     }
   }
-  if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
+  if (!resp.ok()) {
+    // CRIU rolls back what it fails; one that answered success and then died
+    // leaves a tree that must not stay as if restored.
+    tear_down();
+    return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
+  }
   std::vector<pid_t> gpu_pids;
   if (meta.gpu) {
     for (int ns_pid : meta.gpu->ns_pids) {
