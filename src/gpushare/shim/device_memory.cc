@@ -330,7 +330,7 @@ Status DeviceMemory::MapAll(std::vector<TrackedAllocation>& allocs) {
       prop.requestedHandleTypes = abi::CU_MEM_HANDLE_TYPE_NONE;
       rc = d.mem_create(&handle, a.size, &prop, 0);
     }
-    if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemCreate", rc).Wrap(fmt::format("{:#x}", a.va));
+    if (rc != abi::CUDA_SUCCESS) return Real().Error("cuMemCreate", rc).Wrap(fmt::format("{:#x}", a.va));
     GPUSNAP_RETURN_IF_ERROR(MapBack(a, handle));
   }
   return Status::Ok();
@@ -346,7 +346,7 @@ Status DeviceMemory::MapBack(TrackedAllocation& a, abi::CUmemGenericAllocationHa
   }
   if (rc != abi::CUDA_SUCCESS) {
     d.mem_release(handle);
-    return DriverError("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes)", a.va, a.size));
+    return Real().Error("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes)", a.va, a.size));
   }
   a.handle = handle;
   a.released = false;
@@ -397,7 +397,7 @@ Status DeviceMemory::Adopt(uint64_t va, UniqueFd fd) {
   abi::CUmemGenericAllocationHandle handle = 0;
   abi::CUresult rc = d.mem_import(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd.get())),
                                   abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemImportFromShareableHandle", rc).Wrap("adopt");
+  if (rc != abi::CUDA_SUCCESS) return Real().Error("cuMemImportFromShareableHandle", rc).Wrap("adopt");
   GPUSNAP_RETURN_IF_ERROR(MapBack(*a, handle).Wrap("adopt"));
   MutexLock lock(mu_);
   adopted_fds_[a->va] = fd.Release();

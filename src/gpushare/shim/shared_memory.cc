@@ -38,7 +38,7 @@ Status MapMappings(const std::vector<VmmMapping>& mappings, abi::CUmemGenericAll
     abi::CUresult rc = MapAt(m.va, m.size, m.offset, real);
     if (rc == abi::CUDA_SUCCESS) rc = GrantAccess(m);
     if (rc != abi::CUDA_SUCCESS)
-      return DriverError("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes) again", m.va, m.size));
+      return Real().Error("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes) again", m.va, m.size));
   }
   return Status::Ok();
 }
@@ -304,7 +304,7 @@ Result<UniqueFd> DeviceMemory::ExportFd(uint64_t object) {
   }
   if (fd < 0) {
     abi::CUresult rc = Real().mem_export(&fd, real, abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemExportToShareableHandle", rc).Wrap("export");
+    if (rc != abi::CUDA_SUCCESS) return Real().Error("cuMemExportToShareableHandle", rc).Wrap("export");
   }
   int kept = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (kept >= 0) exported_fds_.push_back({object, kept});
@@ -328,7 +328,7 @@ Status DeviceMemory::Remap(uint64_t import, UniqueFd fd) {
   abi::CUmemGenericAllocationHandle real = 0;
   abi::CUresult rc = Real().mem_import(&real, reinterpret_cast<void*>(static_cast<intptr_t>(fd.get())),
                                        abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemImportFromShareableHandle", rc).Wrap("remap");
+  if (rc != abi::CUDA_SUCCESS) return Real().Error("cuMemImportFromShareableHandle", rc).Wrap("remap");
   if (Status st = MapMappings(objects_.MappingsOf(import), real); !st.ok()) {
     for (const VmmMapping& m : objects_.MappingsOf(import)) Real().mem_unmap(m.va, m.size);
     Real().mem_release(real);
@@ -371,10 +371,10 @@ Status DeviceMemory::FreeObjects() {
     if (o->real == 0) continue;
     for (const VmmMapping& m : objects_.MappingsOf(o->id)) {
       if (abi::CUresult rc = d.mem_unmap(m.va, m.size); rc != abi::CUDA_SUCCESS)
-        return DriverError("cuMemUnmap", rc).Wrap(fmt::format("release: {:#x} ({} bytes)", m.va, m.size));
+        return Real().Error("cuMemUnmap", rc).Wrap(fmt::format("release: {:#x} ({} bytes)", m.va, m.size));
     }
     if (abi::CUresult rc = d.mem_release(o->real); rc != abi::CUDA_SUCCESS)
-      return DriverError("cuMemRelease", rc).Wrap("release");
+      return Real().Error("cuMemRelease", rc).Wrap("release");
     o->real = 0;
     if (o->kept_fd >= 0) ::close(o->kept_fd);
     o->kept_fd = -1;
@@ -392,7 +392,7 @@ Status DeviceMemory::MakeObjects() {
     std::memcpy(&prop, o->prop.data(), sizeof prop);
     abi::CUmemGenericAllocationHandle real = 0;
     if (abi::CUresult rc = d.mem_create(&real, o->size, &prop, 0); rc != abi::CUDA_SUCCESS)
-      return DriverError("cuMemCreate", rc).Wrap(fmt::format("making {:#x} again", o->id));
+      return Real().Error("cuMemCreate", rc).Wrap(fmt::format("making {:#x} again", o->id));
     if (Status st = MapMappings(objects_.MappingsOf(o->id), real); !st.ok()) {
       d.mem_release(real);
       return st;
