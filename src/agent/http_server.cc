@@ -239,7 +239,6 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
   // A directory the agent makes is for root only; one that exists is the caller's to choose.
   if (!dir.empty() && ::access(dir.c_str(), F_OK) != 0) {
     GPUSNAP_RETURN_IF_ERROR(MakeDirs(dir, 0700));
-    if (::chmod(dir.c_str(), 0700) != 0) return Status::Errno(errno, "chmod `{}`", dir);
   }
   GPUSNAP_RETURN_IF_ERROR(ClaimSocketPath(o.socket_path));
   Configure(impl->unix_server, o, "unix");

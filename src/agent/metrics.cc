@@ -65,28 +65,28 @@ std::string FormatMetrics(const MetricsSnapshot& m) {
 }
 
 void Metrics::ObservePhase(const std::string& kind, const std::string& phase, double seconds) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   m_.durations[{kind, phase}].Observe(seconds);
 }
 
 void Metrics::AddBytes(const std::string& kind, uint64_t bytes) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   m_.bytes[kind] += bytes;
 }
 
 void Metrics::JobStarted() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   ++m_.jobs_in_flight;
 }
 
 void Metrics::JobFinished(const std::string& kind, bool succeeded) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   --m_.jobs_in_flight;
   ++m_.operations[{kind, succeeded ? "succeeded" : "failed"}];
 }
 
 std::string Metrics::Format() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return FormatMetrics(m_);
 }
 

@@ -12,9 +12,11 @@
 #include <array>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <utility>
+
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace gpusnap::agent {
 
@@ -39,15 +41,15 @@ std::string FormatMetrics(const MetricsSnapshot& m);
 
 class Metrics {
  public:
-  void ObservePhase(const std::string& kind, const std::string& phase, double seconds);
-  void AddBytes(const std::string& kind, uint64_t bytes);
-  void JobStarted();
-  void JobFinished(const std::string& kind, bool succeeded);
-  std::string Format() const;
+  void ObservePhase(const std::string& kind, const std::string& phase, double seconds) EXCLUDES(mu_);
+  void AddBytes(const std::string& kind, uint64_t bytes) EXCLUDES(mu_);
+  void JobStarted() EXCLUDES(mu_);
+  void JobFinished(const std::string& kind, bool succeeded) EXCLUDES(mu_);
+  std::string Format() const EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;
-  MetricsSnapshot m_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  MetricsSnapshot m_ GUARDED_BY(mu_);
 };
 
 }  // namespace gpusnap::agent

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <map>
-#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "agent/placeholder_pods.h"
@@ -14,6 +14,8 @@
 #include "k8s/kube_client.h"
 #include "k8s/mutate.h"
 #include "k8s/watch_event.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace gpusnap::agent {
 
@@ -36,16 +38,16 @@ struct PlaceholderWatcher::Impl {
   std::unique_ptr<k8s::KubeClient> client;
   std::string selector;  // the query that selects this node's placeholders
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stopping = false;  // GUARDED_BY(mu)
+  Mutex mu;
+  std::condition_variable cv;  // stopping set, or a task scheduled
+  bool stopping GUARDED_BY(mu) = false;
   // Work for the worker thread, by when it is due. Tasks marked `keep` (a
   // job followed, a result recorded) still run while stopping.
   struct Task {
     std::function<void()> run;
     bool keep = false;
   };
-  std::multimap<Clock::time_point, Task> tasks;  // GUARDED_BY(mu)
+  std::multimap<Clock::time_point, Task> tasks GUARDED_BY(mu);
   std::atomic<bool> watch_done{false};
   std::thread watch_thread, worker_thread;
 
@@ -55,14 +57,14 @@ struct PlaceholderWatcher::Impl {
   Impl(const KubeOptions& o, Service& s, std::function<void(const std::string&)> l)
       : options(o), service(s), log(std::move(l)) {}
 
-  bool Stopping() {
-    std::lock_guard lock(mu);
+  bool Stopping() EXCLUDES(mu) {
+    MutexLock lock(mu);
     return stopping;
   }
 
-  void Schedule(std::chrono::duration<double> delay, bool keep, std::function<void()> run) {
+  void Schedule(std::chrono::duration<double> delay, bool keep, std::function<void()> run) EXCLUDES(mu) {
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       if (stopping && !keep) return;
       tasks.emplace(Clock::now() + std::chrono::duration_cast<Clock::duration>(delay), Task{std::move(run), keep});
     }
@@ -74,13 +76,16 @@ struct PlaceholderWatcher::Impl {
   }
 
   // Sleeps `seconds` unless stopped first; false when stopped.
-  bool Pause(double seconds) {
-    std::unique_lock lock(mu);
-    return !cv.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return stopping; });
+  bool Pause(double seconds) EXCLUDES(mu) {
+    auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    MutexLock lock(mu);
+    while (!stopping)
+      if (!lock.WaitUntil(cv, deadline)) return !stopping;
+    return false;
   }
 
   // ------------------------------------------------------------ watch thread
-  void WatchLoop() {
+  void WatchLoop() EXCLUDES(mu) {
     std::string rv;  // where the watch resumes; empty: list first
     int failures = 0;
     while (!Stopping()) {
@@ -151,25 +156,28 @@ struct PlaceholderWatcher::Impl {
   }
 
   // ----------------------------------------------------------- worker thread
-  void WorkLoop() {
-    std::unique_lock lock(mu);
+  void WorkLoop() EXCLUDES(mu) {
+    while (std::optional<Task> task = NextTask()) task->run();
+  }
+
+  // Waits for the next task that is due; nullopt once stopping leaves none.
+  std::optional<Task> NextTask() EXCLUDES(mu) {
+    MutexLock lock(mu);
     while (true) {
       if (stopping) std::erase_if(tasks, [](const auto& t) { return !t.second.keep; });
-      if (stopping && tasks.empty()) return;
+      if (stopping && tasks.empty()) return std::nullopt;
       if (tasks.empty()) {
-        cv.wait(lock);
+        lock.Wait(cv);
         continue;
       }
       auto first = tasks.begin();
       if (first->first > Clock::now()) {
-        cv.wait_until(lock, first->first);
+        lock.WaitUntil(cv, first->first);
         continue;
       }
       Task task = std::move(first->second);
       tasks.erase(first);
-      lock.unlock();
-      task.run();
-      lock.lock();
+      return task;
     }
   }
 
@@ -368,7 +376,7 @@ Result<std::unique_ptr<PlaceholderWatcher>> PlaceholderWatcher::Start(const Kube
 void PlaceholderWatcher::Stop() {
   if (!impl_) return;
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->stopping = true;
   }
   impl_->cv.notify_all();

@@ -43,9 +43,9 @@ Service::Service(ServiceOptions options, Store store, UniqueFd lock)
     : options_(std::move(options)), store_(std::move(store)), lock_(std::move(lock)) {}
 
 Service::~Service() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(mu_);
   if (!running_.empty()) options_.log(fmt::format("waiting for {} running job(s) to finish", running_.size()));
-  idle_.wait(lock, [this] { return running_.empty(); });
+  while (!running_.empty()) lock.Wait(idle_);
 }
 
 Result<std::unique_ptr<Service>> Service::Open(ServiceOptions options) {
@@ -79,6 +79,8 @@ void Service::Journal(const Job& job) const {
 }
 
 void Service::Recover() {
+  // Before any job thread: the lock is for the analysis and for Journal's contract.
+  MutexLock lock(mu_);
   int cleaned = store_.CleanStaleTemporaries();
   if (cleaned > 0) recovery_notes_.push_back(fmt::format("removed {} unfinished snapshot directories", cleaned));
   std::vector<Job> loaded;
@@ -201,7 +203,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
     auto meta = Checkpoint(o);
     if (held && proc::IsSameProcess(held_init.pid, held_init.start_time)) ::kill(held_init.pid, SIGCONT);
     if (!meta.ok()) return meta.status();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     jobs_[id].bytes_total = meta->total_bytes;
     return Status::Ok();
   });
@@ -249,36 +251,38 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
     };
     auto result = Restore(o);
     if (!result.ok()) return result.status();
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     jobs_[id].restored_pid = result->workload.pid;
     return Status::Ok();
   });
 }
 
 std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Job&)> work) {
-  std::unique_lock lock(mu_);
-  if (auto it = running_.find(job.lock_key); it != running_.end()) {
-    const Job& other = jobs_.at(it->second);
-    return Refuse(409, fmt::format("job {} is already running a {} of {}", other.id, other.kind, other.target),
-                  other.id);
+  std::string id;
+  {
+    MutexLock lock(mu_);
+    if (auto it = running_.find(job.lock_key); it != running_.end()) {
+      const Job& other = jobs_.at(it->second);
+      return Refuse(409, fmt::format("job {} is already running a {} of {}", other.id, other.kind, other.target),
+                    other.id);
+    }
+    if (auto it = busy_snapshots_.find(job.snapshot); it != busy_snapshots_.end()) {
+      if (it->second == kDeleting) return Refuse(409, fmt::format("snapshot `{}` is being deleted", job.snapshot));
+      return Refuse(409, fmt::format("job {} is using snapshot `{}`", it->second, job.snapshot), it->second);
+    }
+    do {
+      job.id = NewJobId();
+    } while (jobs_.count(job.id) > 0);
+    job.created = NowRfc3339();
+    job.state = JobState::kRunning;
+    Journal(job);
+    running_[job.lock_key] = job.id;
+    busy_snapshots_[job.snapshot] = job.id;
+    id = job.id;
+    options_.log(fmt::format("job {}: {} of {} started", id, job.kind, job.target));
+    jobs_[id] = std::move(job);
+    metrics_.JobStarted();
   }
-  if (auto it = busy_snapshots_.find(job.snapshot); it != busy_snapshots_.end()) {
-    if (it->second == kDeleting) return Refuse(409, fmt::format("snapshot `{}` is being deleted", job.snapshot));
-    return Refuse(409, fmt::format("job {} is using snapshot `{}`", it->second, job.snapshot), it->second);
-  }
-  do {
-    job.id = NewJobId();
-  } while (jobs_.count(job.id) > 0);
-  job.created = NowRfc3339();
-  job.state = JobState::kRunning;
-  Journal(job);
-  running_[job.lock_key] = job.id;
-  busy_snapshots_[job.snapshot] = job.id;
-  std::string id = job.id;
-  options_.log(fmt::format("job {}: {} of {} started", id, job.kind, job.target));
-  jobs_[id] = std::move(job);
-  metrics_.JobStarted();
-  lock.unlock();
   std::thread([this, id, work = std::move(work)] { RunJob(id, work); }).detach();
   return Accepted{id};
 }
@@ -286,12 +290,12 @@ std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Jo
 void Service::RunJob(const std::string& id, const std::function<Status(Job&)>& work) {
   Job copy;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     copy = jobs_.at(id);
   }
   auto started = std::chrono::steady_clock::now();
   Status st = work(copy);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Job& job = jobs_.at(id);
   job.timings_s["total"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (st.ok()) {
@@ -311,14 +315,14 @@ void Service::RunJob(const std::string& id, const std::function<Status(Job&)>& w
 }
 
 void Service::OnProgress(const std::string& id, const ProgressEvent& e) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Job& job = jobs_.at(id);
   ApplyProgress(job, e.phase, e.seconds, e.bytes, e.done);
   Journal(job);
 }
 
 Result<Job> Service::GetJob(const std::string& id) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status::Error(Code::kNotFound, "no job `{}`", id);
   return it->second;
@@ -327,7 +331,7 @@ Result<Job> Service::GetJob(const std::string& id) const {
 std::vector<Job> Service::ListJobs() const {
   std::vector<Job> out;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (const auto& [id, job] : jobs_) out.push_back(job);
   }
   std::sort(out.begin(), out.end(), [](const Job& a, const Job& b) { return a.created > b.created; });
@@ -335,7 +339,7 @@ std::vector<Job> Service::ListJobs() const {
 }
 
 size_t Service::RunningJobs() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return running_.size();
 }
 
@@ -364,7 +368,7 @@ Result<SnapshotMeta> Service::GetSnapshot(const std::string& id) const { return 
 
 Status Service::DeleteSnapshot(const std::string& id) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (auto it = busy_snapshots_.find(id); it != busy_snapshots_.end())
       return Status::Error(Code::kFailedPrecondition, "{} is using snapshot `{}`",
                            it->second == kDeleting ? "another delete" : "job " + it->second, id);
@@ -374,7 +378,7 @@ Status Service::DeleteSnapshot(const std::string& id) {
   auto removed = RemoveSnapshot(store_.root(), id);  // and the chunks only it named
   if (removed.ok() && !removed->chunks_status.ok()) options_.log(removed->chunks_status.message());
   Status st = removed.status();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   busy_snapshots_.erase(id);
   return st;
 }

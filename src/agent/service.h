@@ -22,7 +22,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -36,6 +35,8 @@
 #include "gpusnap/operations.h"
 #include "gpusnap/status.h"
 #include "store/store.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace gpusnap::agent {
 
@@ -64,19 +65,19 @@ class Service {
   // Takes the state directory's lock and recovers (see above).
   static Result<std::unique_ptr<Service>> Open(ServiceOptions options);
   // Waits for running jobs to finish.
-  ~Service();
+  ~Service() EXCLUDES(mu_);
 
-  std::variant<Accepted, Refused> StartCheckpoint(const CheckpointRequest& request);
-  std::variant<Accepted, Refused> StartRestore(const RestoreRequest& request);
+  std::variant<Accepted, Refused> StartCheckpoint(const CheckpointRequest& request) EXCLUDES(mu_);
+  std::variant<Accepted, Refused> StartRestore(const RestoreRequest& request) EXCLUDES(mu_);
 
   // kNotFound for an unknown id.
-  Result<Job> GetJob(const std::string& id) const;
-  std::vector<Job> ListJobs() const;  // newest first
+  Result<Job> GetJob(const std::string& id) const EXCLUDES(mu_);
+  std::vector<Job> ListJobs() const EXCLUDES(mu_);  // newest first
 
   Result<std::vector<SnapshotMeta>> ListSnapshots() const;
   Result<SnapshotMeta> GetSnapshot(const std::string& id) const;
   // kFailedPrecondition while a job writes or reads it.
-  Status DeleteSnapshot(const std::string& id);
+  Status DeleteSnapshot(const std::string& id) EXCLUDES(mu_);
 
   // The node's GPU processes (with `all`, also every process in a container),
   // each with its container and, where the kubelet names it, its pod.
@@ -89,16 +90,17 @@ class Service {
 
   const Metrics& metrics() const { return metrics_; }
   std::vector<std::string> recovery_notes() const { return recovery_notes_; }
-  size_t RunningJobs() const;
+  size_t RunningJobs() const EXCLUDES(mu_);
   const std::string& store_root() const { return store_.root(); }  // absolute
 
  private:
   explicit Service(ServiceOptions options, Store store, UniqueFd lock);
-  void Recover();
-  std::variant<Accepted, Refused> Launch(Job job, std::function<Status(Job&)> work);
-  void RunJob(const std::string& id, const std::function<Status(Job&)>& work);
-  void OnProgress(const std::string& id, const ProgressEvent& event);
-  void Journal(const Job& job) const;
+  void Recover() EXCLUDES(mu_);
+  std::variant<Accepted, Refused> Launch(Job job, std::function<Status(Job&)> work) EXCLUDES(mu_);
+  void RunJob(const std::string& id, const std::function<Status(Job&)>& work) EXCLUDES(mu_);
+  void OnProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
+  // Under mu_: a job's records are written in the order of its changes.
+  void Journal(const Job& job) const REQUIRES(mu_);
   std::string JournalPath(const std::string& id) const;
 
   ServiceOptions options_;
@@ -107,11 +109,11 @@ class Service {
   Metrics metrics_;
   std::vector<std::string> recovery_notes_;
 
-  mutable std::mutex mu_;
-  std::condition_variable idle_;
-  std::map<std::string, Job> jobs_;                 // GUARDED_BY(mu_)
-  std::map<std::string, std::string> running_;      // lock key -> job id; GUARDED_BY(mu_)
-  std::map<std::string, std::string> busy_snapshots_;  // snapshot id -> job id; GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::condition_variable idle_;  // running_ became empty
+  std::map<std::string, Job> jobs_ GUARDED_BY(mu_);
+  std::map<std::string, std::string> running_ GUARDED_BY(mu_);         // lock key -> job id
+  std::map<std::string, std::string> busy_snapshots_ GUARDED_BY(mu_);  // snapshot id -> job id
 };
 
 }  // namespace gpusnap::agent

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -168,6 +169,17 @@ TEST_F(AgentServiceTest, RefusalsChangeNothing) {
   EXPECT_EQ((*service)->DeleteSnapshot("no-such-snapshot").code(), Code::kNotFound);
   EXPECT_TRUE((*service)->ListJobs().empty());
   EXPECT_EQ((*service)->RunningJobs(), 0u);
+}
+
+TEST_F(AgentServiceTest, ANewStateDirectoryAndItsJournalAreForRootOnly) {
+  options_.state_dir = root_ + "/fresh-state";
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  for (const std::string& dir : {options_.state_dir, options_.state_dir + "/jobs"}) {
+    struct stat st{};
+    ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << dir;
+  }
 }
 
 }  // namespace

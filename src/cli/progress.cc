@@ -39,12 +39,12 @@ ProgressDisplay::ProgressDisplay(const Context& ctx, std::string operation)
       started_(std::chrono::steady_clock::now()) {
   state_.operation = std::move(operation);
   if (mode_ != Mode::kBar) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   Draw();
   ticker_ = std::thread([this] {
-    std::unique_lock ticking(mu_);
+    MutexLock ticking(mu_);
     while (!ended_) {
-      wake_.wait_for(ticking, std::chrono::milliseconds(200));
+      ticking.WaitFor(wake_, std::chrono::milliseconds(200));
       if (!ended_) Draw();
     }
   });
@@ -59,7 +59,7 @@ ProgressFn ProgressDisplay::Fn() {
 
 void ProgressDisplay::Event(const ProgressEvent& e) {
   if (mode_ == Mode::kNone) return;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (ended_) return;
   if (mode_ == Mode::kLines) {
     std::string bytes = e.bytes ? fmt::format(", {}", HumanBytes(e.bytes)) : "";
@@ -76,13 +76,13 @@ void ProgressDisplay::Event(const ProgressEvent& e) {
 }
 
 void ProgressDisplay::SetBytesTotal(uint64_t total) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   state_.bytes_total = total;
 }
 
 void ProgressDisplay::Finish(bool ok) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (ended_) return;
     ended_ = true;
     if (mode_ == Mode::kBar) {

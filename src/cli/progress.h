@@ -11,12 +11,13 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "cli/cli.h"
+#include "util/mutex.h"
 #include "util/progress_bar.h"
+#include "util/thread_annotations.h"
 
 namespace gpusnap::cli {
 
@@ -32,21 +33,21 @@ class ProgressDisplay {
   // For CheckpointOptions/RestoreOptions::progress; empty when nothing shows.
   // REQUIRES: this display outlives the operation.
   ProgressFn Fn();
-  void Event(const ProgressEvent& event);
-  void SetBytesTotal(uint64_t total);  // 0: unknown
+  void Event(const ProgressEvent& event) EXCLUDES(mu_);
+  void SetBytesTotal(uint64_t total) EXCLUDES(mu_);  // 0: unknown
   // The bar's last redraw, with its newline. Once; later calls do nothing.
-  void Finish(bool ok);
+  void Finish(bool ok) EXCLUDES(mu_);
 
  private:
   enum class Mode { kNone, kLines, kBar };
-  void Draw();  // REQUIRES: mu_ held
+  void Draw() REQUIRES(mu_);
 
   Mode mode_;
   std::chrono::steady_clock::time_point started_;
-  std::mutex mu_;
-  std::condition_variable wake_;
-  BarState state_;     // GUARDED_BY(mu_)
-  bool ended_ = false; // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable wake_;  // ended_ set
+  BarState state_ GUARDED_BY(mu_);
+  bool ended_ GUARDED_BY(mu_) = false;
   std::thread ticker_;
 };
 

@@ -26,12 +26,6 @@ std::vector<std::string> Bundle::Argv(const std::vector<std::string>& args) cons
   return argv;
 }
 
-std::vector<std::string> Bundle::ProgramArgv(const std::string& name, const std::vector<std::string>& args) const {
-  std::vector<std::string> argv{loader, dir + "/bin/" + name};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
-}
-
 static Result<Bundle> BundleAt(const std::string& path) {
   Bundle b;
   b.dir = std::filesystem::absolute(path).lexically_normal().string();

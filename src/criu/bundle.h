@@ -22,8 +22,6 @@ struct Bundle {
 
   // argv that runs the bundle's criu with `args`.
   std::vector<std::string> Argv(const std::vector<std::string>& args) const;
-  // Same for another program of the bundle (bin/<name>).
-  std::vector<std::string> ProgramArgv(const std::string& name, const std::vector<std::string>& args) const;
 };
 
 // Looks in order at: `configured` (a --criu flag), $GPUSNAP_CRIU, <dir of the

@@ -1,9 +1,11 @@
 #include "criu/operation.h"
 
 #include <fcntl.h>
+#include <string.h>
+
+#include <algorithm>
 
 #include "util/fd.h"
-
 #include "util/files.h"
 
 namespace gpusnap::criu {
@@ -22,7 +24,6 @@ Operation MakeOperation(const Bundle& bundle, criu_req_type type, criu_opts opts
 }
 
 Result<criu_resp> Run(const Operation& op) {
-  const char* verb = op.type == DUMP ? "dump" : "restore";
   std::vector<UniqueFd> cgroup_files;
   std::vector<int> cgroup_fds;
   for (const auto& path : op.join_cgroups) {
@@ -40,27 +41,62 @@ Result<criu_resp> Run(const Operation& op) {
     if (!st.ok() && handler_status.ok()) handler_status = st;
     return st;
   };
-  auto resp = swrk.Call(req, std::chrono::steady_clock::now() + op.timeout, notify);
-  int exit_status = resp.ok() ? swrk.Wait() : -1;
-  (void)exit_status;
+  auto deadline = std::chrono::steady_clock::now() + op.timeout;
+  auto resp = swrk.Call(req, deadline, notify);
+  // How CRIU ended says what its answer may not. After an answer it exits on
+  // its own (a little grace for an answer that came late); without one it is
+  // told to go by the socket closing; one stopped at the deadline was killed
+  // and is left to Swrk's destructor.
+  std::optional<CriuExit> exit;
+  auto now = std::chrono::steady_clock::now();
+  if (resp.ok()) {
+    exit = swrk.Wait(std::max(deadline, now + std::chrono::seconds(30)));
+  } else if (resp.status().code() != Code::kTimeout) {
+    swrk.Hangup();
+    exit = swrk.Wait(now + std::chrono::seconds(5));
+  }
   if (!handler_status.ok()) return handler_status;
-  auto explain = [&](std::string head) {
-    auto log = ReadFile(op.log_path);
-    std::string lines = log.ok() ? ErrorLines(*log) : "";
-    if (!lines.empty()) head += "\n" + lines;
-    head += fmt::format("\n(CRIU log: {})", op.log_path);
-    return Status::Error(Code::kExternal, "{}", head);
-  };
-  if (!resp.ok()) {
-    if (resp.status().code() == Code::kTimeout)
-      return Status::Error(Code::kTimeout, "CRIU {} did not finish within {} s; it was stopped", verb, op.timeout.count());
-    return explain(fmt::format("CRIU {} failed: {}", verb, resp.status().message()));
+  Status verdict = Verdict(op.type, resp, exit, op.timeout);
+  if (verdict.ok()) return resp;
+  if (verdict.code() != Code::kExternal) return verdict;
+  std::string message = verdict.message();
+  auto log = ReadFile(op.log_path);
+  std::string lines = log.ok() ? ErrorLines(*log) : "";
+  if (!lines.empty()) message += "\n" + lines;
+  message += fmt::format("\n(CRIU log: {})", op.log_path);
+  return Status::Error(Code::kExternal, "{}", message);
+}
+
+std::string DescribeExit(const CriuExit& exit) {
+  if (exit.signal == 0) return fmt::format("exited with status {}", exit.code);
+  const char* name = ::sigabbrev_np(exit.signal);
+  return name ? fmt::format("was killed by signal {} (SIG{})", exit.signal, name)
+              : fmt::format("was killed by signal {}", exit.signal);
+}
+
+Status Verdict(criu_req_type type, const Result<criu_resp>& response, const std::optional<CriuExit>& exit,
+               std::chrono::seconds timeout) {
+  const char* verb = type == DUMP ? "dump" : "restore";
+  bool exited_0 = exit && exit->signal == 0 && exit->code == 0;
+  bool exited_1 = exit && exit->signal == 0 && exit->code == 1;
+  std::string ending = exit ? "CRIU " + DescribeExit(*exit) : "CRIU did not exit; it was stopped";
+  if (!response.ok()) {
+    if (response.status().code() == Code::kTimeout)
+      return Status::Error(Code::kTimeout, "CRIU {} did not finish within {} s; it was stopped", verb, timeout.count());
+    // Without an answer every ending says something, status 1 included.
+    return Status::Error(Code::kExternal, "CRIU {} failed: {}; {}", verb, response.status().message(), ending);
   }
-  if (!resp->success()) {
-    std::string why = resp->has_cr_errno() && resp->cr_errno() != 0 ? ": " + Status::ErrnoText(resp->cr_errno()) : "";
-    return explain(fmt::format("CRIU {} failed{}", verb, why));
+  if (!response->success()) {
+    std::string why = response->has_cr_errno() && response->cr_errno() != 0
+                          ? ": " + Status::ErrnoText(response->cr_errno())
+                          : "";
+    if (exited_1) return Status::Error(Code::kExternal, "CRIU {} failed{}", verb, why);
+    return Status::Error(Code::kExternal, "CRIU {} failed{}; {}", verb, why, ending);
   }
-  return resp;
+  if (exited_0) return Status::Ok();
+  if (!exit)
+    return Status::Error(Code::kTimeout, "CRIU {} answered success but did not exit in time; it was stopped", verb);
+  return Status::Error(Code::kExternal, "CRIU {} failed: it answered success, then {}", verb, ending);
 }
 
 }  // namespace gpusnap::criu

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,9 +30,22 @@ struct Operation {
 Operation MakeOperation(const Bundle& bundle, criu_req_type type, criu_opts opts, pid_t ns_holder,
                         std::chrono::seconds timeout, std::string log_path);
 
-// kExternal when CRIU reports failure: "CRIU <verb> failed: <its message>"
-// followed by the Error lines of its log. A notify handler's own failure is
-// returned as is (it is the real cause).
+// kExternal when CRIU reports failure, or reports success but then exits
+// non-zero or dies by a signal: "CRIU <verb> failed: <its message>" (with how
+// CRIU ended) followed by the Error lines of its log. kTimeout when it was
+// stopped at the deadline. A notify handler's own failure is returned as is
+// (it is the real cause).
 Result<criu_resp> Run(const Operation& op);
+
+// "exited with status 3", "was killed by signal 9 (SIGKILL)".
+std::string DescribeExit(const CriuExit& exit);
+
+// The verdict on one run from CRIU's final response (or why none came) and
+// how its process ended (nullopt: it had not exited by the deadline), without
+// the log's lines, which Run adds to a kExternal verdict. OK only when CRIU
+// answered success and exited 0. CRIU ends a failed request with status 1,
+// which goes unsaid; any other ending is told.
+Status Verdict(criu_req_type type, const Result<criu_resp>& response, const std::optional<CriuExit>& exit,
+               std::chrono::seconds timeout);
 
 }  // namespace gpusnap::criu

@@ -213,13 +213,39 @@ Result<criu_resp> Swrk::Call(const criu_req& req, std::chrono::steady_clock::tim
   }
 }
 
-int Swrk::Wait() {
-  if (launcher_pid_ <= 0) return -1;
-  int wstatus = 0;
-  while (::waitpid(launcher_pid_, &wstatus, 0) < 0 && errno == EINTR) {
+CriuExit CriuExitFromLauncher(int launcher_wait_status) {
+  if (WIFSIGNALED(launcher_wait_status)) return {.code = 0, .signal = WTERMSIG(launcher_wait_status)};
+  int code = WEXITSTATUS(launcher_wait_status);
+  // 128 + a signal number; CRIU's own exit codes are small (0, 1, 255 for -1).
+  if (code > 128 && code - 128 < NSIG) return {.code = 0, .signal = code - 128};
+  return {.code = code, .signal = 0};
+}
+
+void Swrk::Hangup() {
+  if (sock_ >= 0) ::close(std::exchange(sock_, -1));
+}
+
+std::optional<CriuExit> Swrk::Wait(std::chrono::steady_clock::time_point deadline) {
+  if (launcher_pid_ <= 0) return std::nullopt;
+  // Readable once the launcher has exited; without pidfds, short sleeps.
+  UniqueFd exited(static_cast<int>(::syscall(SYS_pidfd_open, launcher_pid_, 0)));
+  for (;;) {
+    int wstatus = 0;
+    pid_t r = ::waitpid(launcher_pid_, &wstatus, WNOHANG);
+    if (r == launcher_pid_) {
+      launcher_pid_ = -1;
+      return CriuExitFromLauncher(wstatus);
+    }
+    if (r < 0 && errno != EINTR) return std::nullopt;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    if (exited.valid()) {
+      pollfd p{exited.get(), POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+    } else {
+      ::usleep(10 * 1000);
+    }
   }
-  launcher_pid_ = -1;
-  return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
 }
 
 std::string ErrorLines(const std::string& log_text, size_t max) {

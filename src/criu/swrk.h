@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,17 @@ struct SwrkLaunch {
 // the answer: a non-OK status makes CRIU fail the operation and roll back.
 using NotifyHandler = std::function<Status(const std::string& script, int pid)>;
 
+// How CRIU's process ended: its exit code, or the signal that killed it.
+struct CriuExit {
+  int code = 0;    // when signal == 0
+  int signal = 0;  // > 0: killed by it
+};
+
+// The launcher (CRIU's parent inside the namespace) exits with CRIU's exit
+// code, or 128 + the signal that killed CRIU; this reads a launcher's wait
+// status back into CRIU's ending. A launcher killed itself reads as killed.
+CriuExit CriuExitFromLauncher(int launcher_wait_status);
+
 class Swrk {
  public:
   static Result<Swrk> Start(const SwrkLaunch& launch);
@@ -51,8 +63,12 @@ class Swrk {
   Result<criu_resp> Call(const criu_req& req, std::chrono::steady_clock::time_point deadline,
                          const NotifyHandler& on_notify);
 
-  // Waits for CRIU to exit (after the final response). Returns its exit status.
-  int Wait();
+  // Closes the RPC socket: a CRIU still waiting on gpusnap rolls back and exits.
+  void Hangup();
+
+  // Waits for CRIU to exit, at most until `deadline`; nullopt when it has not
+  // by then (the destructor then stops it) or was already waited for.
+  std::optional<CriuExit> Wait(std::chrono::steady_clock::time_point deadline);
 
   pid_t host_pid() const { return criu_pid_; }
 

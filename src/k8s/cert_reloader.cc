@@ -96,8 +96,10 @@ CertReloader::~CertReloader() = default;
 
 Result<std::shared_ptr<CertReloader>> CertReloader::Load(std::string cert_file, std::string key_file, LogFn log) {
   std::shared_ptr<CertReloader> r(new CertReloader(std::move(cert_file), std::move(key_file), std::move(log)));
-  GPUSNAP_ASSIGN_OR_RETURN(r->stamps_, r->Stamps());
+  GPUSNAP_ASSIGN_OR_RETURN(auto stamps, r->Stamps());
   GPUSNAP_ASSIGN_OR_RETURN(auto pair, ReadPair(r->cert_file_, r->key_file_));
+  MutexLock lock(r->mu_);
+  r->stamps_ = stamps;
   r->pair_ = std::move(pair);
   return r;
 }
@@ -114,7 +116,7 @@ Result<std::pair<CertReloader::Stamp, CertReloader::Stamp>> CertReloader::Stamps
 
 bool CertReloader::Refresh() {
   auto stamps = Stamps();
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (!stamps.ok() || *stamps == stamps_) return false;  // a file missing mid-rotation: keep serving
   stamps_ = *stamps;
   auto pair = ReadPair(cert_file_, key_file_);
@@ -128,7 +130,7 @@ bool CertReloader::Refresh() {
 }
 
 std::shared_ptr<const CertReloader::Pair> CertReloader::Current() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return pair_;
 }
 

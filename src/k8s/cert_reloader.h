@@ -20,12 +20,13 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include <openssl/ssl.h>
 
 #include "gpusnap/status.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace gpusnap::k8s {
 
@@ -43,10 +44,10 @@ class CertReloader {
 
   // Reads the files again if they changed; returns whether a new pair was
   // taken. Called by the certificate callback; public for tests.
-  bool Refresh();
+  bool Refresh() EXCLUDES(mu_);
 
   // The SHA-256 fingerprint (hex) of the certificate now served.
-  std::string Fingerprint() const;
+  std::string Fingerprint() const EXCLUDES(mu_);
 
   struct Pair;  // the parsed certificate, its chain and the key
   ~CertReloader();
@@ -64,15 +65,15 @@ class CertReloader {
   };
   CertReloader(std::string cert_file, std::string key_file, LogFn log);
   Result<std::pair<Stamp, Stamp>> Stamps() const;
-  std::shared_ptr<const Pair> Current() const;
+  std::shared_ptr<const Pair> Current() const EXCLUDES(mu_);
   static int OnCertificate(SSL* ssl, void* self);
 
   const std::string cert_file_;
   const std::string key_file_;
   const LogFn log_;
-  mutable std::mutex mu_;
-  std::shared_ptr<const Pair> pair_;       // GUARDED_BY(mu_)
-  std::pair<Stamp, Stamp> stamps_{};       // GUARDED_BY(mu_): of the files last tried
+  mutable Mutex mu_;
+  std::shared_ptr<const Pair> pair_ GUARDED_BY(mu_);
+  std::pair<Stamp, Stamp> stamps_ GUARDED_BY(mu_){};  // of the files last tried
 };
 
 }  // namespace gpusnap::k8s

@@ -167,7 +167,7 @@ Result<KubeClient::WatchEnd> KubeClient::Watch(const std::string& path, int read
                                                const std::function<bool(std::string_view)>& on_line) {
   GPUSNAP_ASSIGN_OR_RETURN(auto cli, Connect(read_timeout_s));
   {
-    std::lock_guard lock(watch_mu_);
+    MutexLock lock(watch_mu_);
     if (stopped_) return WatchEnd::kStopped;
     watching_ = cli.get();
   }
@@ -199,7 +199,7 @@ Result<KubeClient::WatchEnd> KubeClient::Watch(const std::string& path, int read
         return true;
       });
   {
-    std::lock_guard lock(watch_mu_);
+    MutexLock lock(watch_mu_);
     watching_ = nullptr;
   }
   if (stopped_ || asked_to_stop) return WatchEnd::kStopped;
@@ -212,7 +212,7 @@ Result<KubeClient::WatchEnd> KubeClient::Watch(const std::string& path, int read
 }
 
 void KubeClient::Stop() {
-  std::lock_guard lock(watch_mu_);
+  MutexLock lock(watch_mu_);
   stopped_ = true;
   if (watching_) watching_->stop();
 }

@@ -21,7 +21,6 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -29,6 +28,8 @@
 
 #include "gpusnap/status.h"
 #include "k8s/kubeconfig.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace httplib {
 class Client;
@@ -60,12 +61,12 @@ class KubeClient {
   // on_line returns false to end the watch. The read times out after
   // read_timeout_s without data.
   Result<WatchEnd> Watch(const std::string& path, int read_timeout_s,
-                         const std::function<bool(std::string_view line)>& on_line);
+                         const std::function<bool(std::string_view line)>& on_line) EXCLUDES(watch_mu_);
 
   // Ends a Watch in progress and makes later ones return kStopped at once.
   // A Watch that has not yet connected may miss it: call again until the
   // watching thread has returned.
-  void Stop();
+  void Stop() EXCLUDES(watch_mu_);
 
   const std::string& server() const { return config_.server; }
 
@@ -83,8 +84,8 @@ class KubeClient {
   Endpoint endpoint_;
   int timeout_s_;
   std::atomic<bool> stopped_{false};
-  std::mutex watch_mu_;
-  httplib::Client* watching_ = nullptr;  // GUARDED_BY(watch_mu_)
+  Mutex watch_mu_;
+  httplib::Client* watching_ GUARDED_BY(watch_mu_) = nullptr;
 };
 
 }  // namespace gpusnap::k8s

@@ -195,6 +195,8 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     phases.timings()["verify-digests"] = digests.seconds;
     GPUSNAP_RETURN_IF_ERROR(digests.value.Wrap("refusing to restore"));
   }
+  // The undo tears down what CRIU left: it rolls back what it fails, but one
+  // that answered success and then died leaves a tree that must not stay.
   if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("criu-restore"));
   std::vector<pid_t> gpu_pids;

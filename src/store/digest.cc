@@ -9,10 +9,10 @@
 #include <array>
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "util/fd.h"
+#include "util/first_failure.h"
 
 namespace gpusnap {
 
@@ -80,8 +80,7 @@ Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, c
                    [&](const Task& a, const Task& b) { return files[a.file].size > files[b.file].size; });
 
   std::atomic<size_t> next{0};
-  std::mutex mu;
-  Status failure;  // GUARDED_BY(mu)
+  FirstFailure failure;
   auto work = [&] {
     std::vector<char> buf(4 << 20);
     for (size_t t; (t = next.fetch_add(1)) < tasks.size();) {
@@ -102,8 +101,7 @@ Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, c
         off += static_cast<uint64_t>(r);
       }
       if (!st.ok()) {
-        std::lock_guard lock(mu);
-        if (failure.ok()) failure = st;
+        failure.Record(st);
         return;
       }
       f.chunks[tasks[t].chunk] = h.Final();
@@ -115,7 +113,7 @@ Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, c
   for (unsigned i = 1; i < n; ++i) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
-  if (!failure.ok()) return failure;
+  GPUSNAP_RETURN_IF_ERROR(failure.Get());
 
   std::map<std::string, FileDigest> out;
   for (auto& f : files) {

@@ -77,12 +77,42 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, int mode)
   return FsyncPath(std::filesystem::path(path).parent_path().string());
 }
 
-Status MakeDirs(const std::string& path, int mode) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return Status::Errno(ec.value(), "creating directory `{}`", path);
-  (void)mode;
+// Whether `dir` exists as a directory (following symlinks); an error when
+// something else is there.
+static Result<bool> IsDirectory(const std::string& dir) {
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) {
+    if (errno == ENOENT) return false;
+    return Status::Errno(errno, "creating directory `{}`", dir);
+  }
+  if (!S_ISDIR(st.st_mode)) return Status::Errno(ENOTDIR, "creating directory `{}`", dir);
+  return true;
+}
+
+// Creates one directory with exactly `mode`; an existing directory is fine.
+static Status MakeDir(const std::string& dir, int mode) {
+  GPUSNAP_ASSIGN_OR_RETURN(bool exists, IsDirectory(dir));
+  if (exists) return Status::Ok();
+  if (::mkdir(dir.c_str(), static_cast<mode_t>(mode)) != 0) {
+    if (errno != EEXIST) return Status::Errno(errno, "creating directory `{}`", dir);
+    return IsDirectory(dir).status();  // made by someone else meanwhile
+  }
+  // Through a descriptor of the new directory: a path swapped for a symlink
+  // in between is not followed.
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) return Status::Errno(errno, "opening new directory `{}`", dir);
+  if (::fchmod(fd.get(), static_cast<mode_t>(mode)) != 0) return Status::Errno(errno, "chmod `{}`", dir);
   return Status::Ok();
+}
+
+Status MakeDirs(const std::string& path, int mode) {
+  if (path.empty()) return Status::Error(Code::kInvalidArgument, "creating directory: empty path");
+  // Each prefix ending before a '/', then the whole path.
+  for (size_t end = path.find('/', 1); end != std::string::npos; end = path.find('/', end + 1)) {
+    if (path[end - 1] == '/') continue;  // "a//b"
+    GPUSNAP_RETURN_IF_ERROR(MakeDir(path.substr(0, end), mode));
+  }
+  return MakeDir(path, mode);
 }
 
 Status RemoveTree(const std::string& path) {

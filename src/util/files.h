@@ -20,6 +20,10 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, int mode 
 Status WriteFileSynced(const std::string& path, std::string_view data);
 
 Status FsyncPath(const std::string& path);   // file or directory
+// Creates `path` and any missing parents, like `mkdir -p`. Every directory it
+// creates gets exactly `mode` (set after mkdir, so the umask does not narrow
+// it); directories that already exist are left as they are. A component that
+// exists but is not a directory is an error naming it.
 Status MakeDirs(const std::string& path, int mode = 0755);
 // Removes a tree; missing is fine. Does not follow symlinks.
 Status RemoveTree(const std::string& path);

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "util/first_failure.h"
 
 namespace gpusnap::gpushare {
 namespace {
@@ -59,11 +60,9 @@ Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buff
                     uint64_t context, const std::function<Status(Staging&, size_t job)>& work) {
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  std::mutex mu;
-  Status failure;
+  FirstFailure failure;
   auto fail = [&](const Status& st) {
-    std::lock_guard lock(mu);
-    if (failure.ok()) failure = st;
+    failure.Record(st);
     failed = true;
   };
   auto run = [&] {
@@ -81,7 +80,7 @@ Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buff
   std::vector<std::thread> pool;
   for (unsigned i = 0; i < threads; ++i) pool.emplace_back(run);
   for (auto& t : pool) t.join();
-  return failure;
+  return failure.Get();
 }
 
 Status FillFromChunks(const RealDriver& d, const ChunkStore& store, const std::vector<DeviceRange>& ranges,

@@ -10,7 +10,6 @@
 #include <utility>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <thread>
 
@@ -20,6 +19,7 @@
 
 #include "util/fd.h"
 #include "util/files.h"
+#include "util/first_failure.h"
 
 namespace gpusnap::gpushare {
 
@@ -226,14 +226,12 @@ Status ChunkStore::Load(const ChunkedAllocation& alloc, void* dest, uint64_t des
   char* out = static_cast<char*>(dest);
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  std::mutex mu;
-  Status failure;  // GUARDED_BY(mu)
+  FirstFailure failure;
   auto work = [&] {
     for (size_t i; !failed.load() && (i = next.fetch_add(1)) < alloc.chunks.size();) {
       Status st = ReadChunk(alloc.chunks[i], out + offsets[i]);
       if (!st.ok()) {
-        std::lock_guard lock(mu);
-        if (failure.ok()) failure = st.Wrap(fmt::format("loading allocation {:#x} chunk {}", alloc.va, i));
+        failure.Record(st.Wrap(fmt::format("loading allocation {:#x} chunk {}", alloc.va, i)));
         failed = true;
         return;
       }
@@ -244,7 +242,7 @@ Status ChunkStore::Load(const ChunkedAllocation& alloc, void* dest, uint64_t des
   for (unsigned i = 1; i < n; ++i) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
-  return failure;
+  return failure.Get();
 }
 
 Result<ChunkReader> ChunkReader::Open(const ChunkStore& store, const ChunkRef& ref) {

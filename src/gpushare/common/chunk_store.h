@@ -117,12 +117,10 @@ class ChunkStore {
   Status Load(const ChunkedAllocation& alloc, void* dest, uint64_t dest_size, unsigned threads = 1) const;
 
   // One chunk at a time, for callers that stage chunks through their own
-  // buffers (the shim's pinned staging): SaveChunk stores `length` bytes
-  // (1..kChunkBytes) unless they are zero or present and returns the ref;
-  // LoadChunk fills `dest` (ref.length bytes) and checks the digest. Errors as
-  // Save and Load.
+  // buffers (the shim's pinned staging): stores `length` bytes
+  // (1..kChunkBytes) unless they are zero or present and returns the ref.
+  // Errors as Save. (Such callers read chunks back with ChunkReader, below.)
   Result<ChunkRef> SaveChunk(const void* data, uint64_t length, SaveStats* stats = nullptr) const;
-  Status LoadChunk(const ChunkRef& ref, void* dest) const { return ReadChunk(ref, static_cast<char*>(dest)); }
 
  private:
   ChunkStore(std::string root, DirectIo direct_io) : root_(std::move(root)), direct_io_(direct_io) {}

@@ -9,20 +9,23 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "gpushare/common/control_client.h"
 #include "gpushare/common/protocol.h"
 #include "gpushare/shim/device_memory.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace gpusnap::gpushare::shim {
 namespace {
 
-std::mutex g_mu;
-bool g_started = false;  // GUARDED_BY(g_mu)
-int g_listen_fd = -1;    // GUARDED_BY(g_mu)
-std::optional<std::pair<uint64_t, int>> g_identity;  // GUARDED_BY(g_mu)
+Mutex g_mu;
+bool g_started GUARDED_BY(g_mu) = false;
+int g_listen_fd GUARDED_BY(g_mu) = -1;
+std::optional<std::pair<uint64_t, int>> g_identity GUARDED_BY(g_mu);
 
 uint64_t PidNamespaceInode(pid_t pid) {
   struct stat st{};
@@ -113,7 +116,9 @@ void Loop(int listen_fd) {
   }
 }
 
-void ForgetInChild() {
+// Without g_mu: the child of fork has one thread, and a parent's thread may
+// have held g_mu at the fork, which no one in the child would let go of.
+void ForgetInChild() NO_THREAD_SAFETY_ANALYSIS {
   // The thread did not come along with fork; the socket belongs to the parent.
   if (g_listen_fd >= 0) ::close(g_listen_fd);
   g_listen_fd = -1;
@@ -124,7 +129,7 @@ void ForgetInChild() {
 }  // namespace
 
 void StartControlServer() {
-  std::lock_guard lock(g_mu);
+  MutexLock lock(g_mu);
   if (g_started) return;
   g_started = true;
   static std::once_flag atfork;
@@ -147,7 +152,7 @@ void StartControlServer() {
 }
 
 std::optional<std::pair<uint64_t, int>> ControlSocketIdentity() {
-  std::lock_guard lock(g_mu);
+  MutexLock lock(g_mu);
   return g_identity;
 }
 

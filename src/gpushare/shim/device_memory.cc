@@ -79,7 +79,7 @@ abi::CUresult DeviceMemory::Allocate(abi::CUdeviceptr* ptr, size_t bytes) {
   const RealDriver& d = Real();
   if (!d.missing.empty()) return d.mem_alloc ? d.mem_alloc(ptr, bytes) : abi::CUDA_ERROR_NOT_INITIALIZED;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     if (ptr == nullptr || bytes < kVmmMinBytes || vmm_disabled_) return d.mem_alloc(ptr, bytes);
   }
   abi::CUcontext ctx = nullptr;
@@ -94,7 +94,7 @@ abi::CUresult DeviceMemory::Allocate(abi::CUdeviceptr* ptr, size_t bytes) {
   size_t granularity = 0;
   if (d.granularity(&granularity, &prop, abi::CU_MEM_ALLOC_GRANULARITY_MINIMUM) != abi::CUDA_SUCCESS ||
       granularity == 0 || (granularity & (granularity - 1)) != 0) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     vmm_disabled_ = true;
     return d.mem_alloc(ptr, bytes);
   }
@@ -130,7 +130,7 @@ abi::CUresult DeviceMemory::Allocate(abi::CUdeviceptr* ptr, size_t bytes) {
   a.device = dev;
   a.handle = handle;
   a.context = reinterpret_cast<uint64_t>(ctx);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   registry_.Add(a);
   *ptr = va;
   return abi::CUDA_SUCCESS;
@@ -140,7 +140,7 @@ abi::CUresult DeviceMemory::Free(abi::CUdeviceptr ptr) {
   const RealDriver& d = Real();
   std::optional<TrackedAllocation> a;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     a = registry_.FindStart(ptr);
     if (a) registry_.Remove(ptr);
   }
@@ -164,7 +164,7 @@ Status DeviceMemory::Quiesce(int timeout_ms) {
                          timeout_ms);
   std::vector<uint64_t> contexts;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     contexts = registry_.Contexts();
     for (VmmObject* o : objects_.Objects()) {
       for (const VmmMapping& m : objects_.MappingsOf(o->id)) {
@@ -178,10 +178,10 @@ Status DeviceMemory::Quiesce(int timeout_ms) {
   // on a thread of its own, and give up at the deadline; gpusnap then resumes
   // every process and tries again.
   struct Drain {
-    std::mutex mu;
+    Mutex mu;
     std::condition_variable cv;
-    bool done = false;
-    abi::CUresult rc = abi::CUDA_SUCCESS;
+    bool done GUARDED_BY(mu) = false;
+    abi::CUresult rc GUARDED_BY(mu) = abi::CUDA_SUCCESS;
   };
   auto drain = std::make_shared<Drain>();
   std::thread([drain, contexts] {
@@ -191,13 +191,15 @@ Status DeviceMemory::Quiesce(int timeout_ms) {
       if (rc == abi::CUDA_SUCCESS) rc = Real().ctx_synchronize();
       if (rc != abi::CUDA_SUCCESS) break;
     }
-    std::lock_guard lock(drain->mu);
+    MutexLock lock(drain->mu);
     drain->rc = rc;
     drain->done = true;
     drain->cv.notify_all();
   }).detach();
-  std::unique_lock lock(drain->mu);
-  if (!drain->cv.wait_until(lock, deadline, [&] { return drain->done; })) {
+  MutexLock lock(drain->mu);
+  while (!drain->done && lock.WaitUntil(drain->cv, deadline)) {
+  }
+  if (!drain->done) {
     gate_.Open();
     return Status::Error(Code::kTimeout,
                          "quiesce: the GPU work already submitted did not finish within {} ms (is it waiting for "
@@ -220,7 +222,7 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   GPUSNAP_ASSIGN_OR_RETURN(ChunkStore store, ChunkStore::Open(chunk_store));
   std::vector<TrackedAllocation> allocs;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     allocs = registry_.All();
   }
   // What is saved: the cuMemAlloc allocations, then the application's own VMM objects.
@@ -246,8 +248,10 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
       std::memcpy(c.device_uuid.data(), &uuid, sizeof(uuid));
     c.chunks.resize((a.size + kChunkBytes - 1) / kChunkBytes);
   }
-  std::mutex stats_mu;
-  SaveStats stats;
+  struct {
+    Mutex mu;
+    SaveStats sum GUARDED_BY(mu);
+  } stats;
   // Saving changes nothing in the process: a failure here leaves it as it was.
   // (A process that only maps other processes' memory has nothing to save.)
   Status st = jobs.empty() ? Status::Ok() : RunChunkJobs(Real(), jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, kChunkBytes,
@@ -264,11 +268,11 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
                              auto ref = store.SaveChunk(staging.buffer(0), job.length, &local);
                              if (!ref.ok()) return ref.status();
                              manifest.allocations[job.range].chunks[job.index] = *ref;
-                             std::lock_guard lock(stats_mu);
-                             stats.chunks_written += local.chunks_written;
-                             stats.chunks_present += local.chunks_present;
-                             stats.chunks_zero += local.chunks_zero;
-                             stats.bytes_written += local.bytes_written;
+                             MutexLock lock(stats.mu);
+                             stats.sum.chunks_written += local.chunks_written;
+                             stats.sum.chunks_present += local.chunks_present;
+                             stats.sum.chunks_zero += local.chunks_zero;
+                             stats.sum.bytes_written += local.bytes_written;
                              return Status::Ok();
                            });
   if (!st.ok()) return st.Wrap("release: saving device memory");
@@ -288,7 +292,7 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
     a.released = true;
     a.handle = 0;
     ForgetAdoptedFd(a.va);
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     registry_.Update(a);
   }
   if (st.ok()) st = FreeObjects();
@@ -303,10 +307,11 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   state_ = ShimState::kReleased;
   uint64_t released_bytes = 0;
   for (const TrackedAllocation& a : saved) released_bytes += a.size;
-  last_ = {{"release_s", SecondsSince(t0)},        {"save_s", save_s},
-           {"bytes", released_bytes},              {"chunks_written", stats.chunks_written},
-           {"chunks_present", stats.chunks_present}, {"chunks_zero", stats.chunks_zero},
-           {"bytes_written", stats.bytes_written}};
+  MutexLock lock(stats.mu);
+  last_ = {{"release_s", SecondsSince(t0)},            {"save_s", save_s},
+           {"bytes", released_bytes},                  {"chunks_written", stats.sum.chunks_written},
+           {"chunks_present", stats.sum.chunks_present}, {"chunks_zero", stats.sum.chunks_zero},
+           {"bytes_written", stats.sum.bytes_written}};
   return Status::Ok();
 }
 
@@ -325,7 +330,7 @@ Status DeviceMemory::MapAll(std::vector<TrackedAllocation>& allocs) {
       prop.requestedHandleTypes = abi::CU_MEM_HANDLE_TYPE_NONE;
       rc = d.mem_create(&handle, a.size, &prop, 0);
     }
-    if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemCreate", rc).Wrap(fmt::format("{:#x}", a.va));
+    if (rc != abi::CUDA_SUCCESS) return Real().Error("cuMemCreate", rc).Wrap(fmt::format("{:#x}", a.va));
     GPUSNAP_RETURN_IF_ERROR(MapBack(a, handle));
   }
   return Status::Ok();
@@ -341,11 +346,11 @@ Status DeviceMemory::MapBack(TrackedAllocation& a, abi::CUmemGenericAllocationHa
   }
   if (rc != abi::CUDA_SUCCESS) {
     d.mem_release(handle);
-    return DriverError("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes)", a.va, a.size));
+    return Real().Error("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes)", a.va, a.size));
   }
   a.handle = handle;
   a.released = false;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   registry_.Update(a);
   return Status::Ok();
 }
@@ -370,7 +375,7 @@ Status DeviceMemory::Fill(const std::string& chunk_store, const std::vector<Trac
 }
 
 void DeviceMemory::ForgetAdoptedFd(uint64_t va) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = adopted_fds_.find(va); it != adopted_fds_.end()) {
     ::close(it->second);
     adopted_fds_.erase(it);
@@ -382,7 +387,7 @@ Status DeviceMemory::Adopt(uint64_t va, UniqueFd fd) {
     return Status::Error(Code::kFailedPrecondition, "adopt: the process is {}, not released", StateName(state_));
   std::optional<TrackedAllocation> a;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     a = registry_.FindStart(va);
   }
   if (!a || !a->released)
@@ -392,9 +397,9 @@ Status DeviceMemory::Adopt(uint64_t va, UniqueFd fd) {
   abi::CUmemGenericAllocationHandle handle = 0;
   abi::CUresult rc = d.mem_import(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd.get())),
                                   abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemImportFromShareableHandle", rc).Wrap("adopt");
+  if (rc != abi::CUDA_SUCCESS) return Real().Error("cuMemImportFromShareableHandle", rc).Wrap("adopt");
   GPUSNAP_RETURN_IF_ERROR(MapBack(*a, handle).Wrap("adopt"));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   adopted_fds_[a->va] = fd.Release();
   ++adopted_;
   adopted_bytes_ += a->size;
@@ -409,7 +414,7 @@ Status DeviceMemory::Load(const std::string& chunk_store, const std::string& man
   GPUSNAP_ASSIGN_OR_RETURN(ChunkManifest manifest, DecodeChunkManifest(bytes, manifest_path));
   std::vector<TrackedAllocation> allocs;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     allocs = registry_.All();
   }
   std::vector<TrackedAllocation> released;
@@ -439,7 +444,7 @@ Status DeviceMemory::Resume() {
   if (state_ == ShimState::kReleased)
     return Status::Error(Code::kFailedPrecondition, "resume: the device memory is released; load it first");
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     for (VmmObject* o : objects_.Objects()) {
       if (o->imported && o->real == 0 && !objects_.MappingsOf(o->id).empty())
         return Status::Error(Code::kFailedPrecondition,
@@ -454,7 +459,7 @@ Status DeviceMemory::Resume() {
 nlohmann::json DeviceMemory::Describe() {
   RegistryTotals t;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     t = registry_.Totals();
   }
   nlohmann::json j{{"state", StateName(state_)},

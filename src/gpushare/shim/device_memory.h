@@ -14,7 +14,6 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,6 +28,8 @@
 #include "gpushare/shim/work_gate.h"
 #include "gpusnap/status.h"
 #include "util/fd.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace gpusnap::gpushare::shim {
 
@@ -104,24 +105,24 @@ class DeviceMemory {
   Result<std::vector<TrackedAllocation>> ObjectRanges(bool released);
   Status FreeObjects();
   Status MakeObjects();
-  void CloseExportedFds(uint64_t object);  // REQUIRES: mu_ held; 0: all
-  void DropIfUnused(uint64_t id);          // REQUIRES: mu_ held
+  void CloseExportedFds(uint64_t object) REQUIRES(mu_);  // 0: all
+  void DropIfUnused(uint64_t id) REQUIRES(mu_);
   nlohmann::json DescribeSharing();
   Status Fill(const std::string& chunk_store, const std::vector<TrackedAllocation>& allocs,
               const ChunkManifest& manifest);
 
-  std::mutex mu_;
-  AllocationRegistry registry_;  // GUARDED_BY(mu_)
-  VmmTable objects_;             // GUARDED_BY(mu_)
+  Mutex mu_;
+  AllocationRegistry registry_ GUARDED_BY(mu_);
+  VmmTable objects_ GUARDED_BY(mu_);
   // Duplicates of the fds this process exported, by object: the same open
   // files its importers hold, which is how gpusnap pairs them (kcmp).
-  std::vector<std::pair<uint64_t, int>> exported_fds_;  // GUARDED_BY(mu_)
+  std::vector<std::pair<uint64_t, int>> exported_fds_ GUARDED_BY(mu_);
   ShimState state_ = ShimState::kRunning;  // written by the control thread only
-  bool vmm_disabled_ = false;    // GUARDED_BY(mu_): VMM refused once; plain cuMemAlloc from then on
+  bool vmm_disabled_ GUARDED_BY(mu_) = false;  // VMM refused once; plain cuMemAlloc from then on
   nlohmann::json last_;          // the last transition's figures
   // The fd each adopted allocation came with: an export of it is a duplicate
   // of that fd, not an export of the imported handle the process now holds.
-  std::map<uint64_t, int> adopted_fds_;  // GUARDED_BY(mu_): allocation address -> fd
+  std::map<uint64_t, int> adopted_fds_ GUARDED_BY(mu_);  // allocation address -> fd
   void ForgetAdoptedFd(uint64_t va);
   uint64_t adopted_ = 0;         // allocations adopted since the last release, and their bytes
   uint64_t adopted_bytes_ = 0;

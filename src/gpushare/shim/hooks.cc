@@ -16,7 +16,6 @@
 #include <array>
 #include <cstdio>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,6 +23,8 @@
 #include "gpushare/shim/control_server.h"
 #include "gpushare/shim/device_memory.h"
 #include "gpushare/shim/real_driver.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace gpusnap::gpushare::shim {
 namespace {
@@ -63,8 +64,9 @@ SlotPool MakePool(std::integer_sequence<int, I...>) {
                   0};
 }
 
-std::mutex g_wrap_mu;
-std::map<void*, void*>& Wrapped() {  // GUARDED_BY(g_wrap_mu): driver function -> its wrapper
+Mutex g_wrap_mu;  // and each WrapGated's pool
+// Driver function -> its wrapper.
+std::map<void*, void*>& Wrapped() REQUIRES(g_wrap_mu) {
   static auto* m = new std::map<void*, void*>();
   return *m;
 }
@@ -72,7 +74,7 @@ std::map<void*, void*>& Wrapped() {  // GUARDED_BY(g_wrap_mu): driver function -
 template <typename Sig>
 void* WrapGated(void* real) {
   static SlotPool pool = MakePool<Sig>(std::make_integer_sequence<int, kSlotsPerSignature>());
-  std::lock_guard lock(g_wrap_mu);
+  MutexLock lock(g_wrap_mu);
   auto& wrapped = Wrapped();
   if (auto it = wrapped.find(real); it != wrapped.end()) return it->second;
   if (pool.used == kSlotsPerSignature) {

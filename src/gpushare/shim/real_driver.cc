@@ -27,6 +27,4 @@ const RealDriver& Real() {
   return *driver;
 }
 
-Status DriverError(const char* fn, abi::CUresult rc) { return Real().Error(fn, rc); }
-
 }  // namespace gpusnap::gpushare::shim

@@ -38,7 +38,7 @@ Status MapMappings(const std::vector<VmmMapping>& mappings, abi::CUmemGenericAll
     abi::CUresult rc = MapAt(m.va, m.size, m.offset, real);
     if (rc == abi::CUDA_SUCCESS) rc = GrantAccess(m);
     if (rc != abi::CUDA_SUCCESS)
-      return DriverError("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes) again", m.va, m.size));
+      return Real().Error("cuMemMap", rc).Wrap(fmt::format("mapping {:#x} ({} bytes) again", m.va, m.size));
   }
   return Status::Ok();
 }
@@ -62,7 +62,7 @@ abi::CUresult DeviceMemory::Create(abi::CUmemGenericAllocationHandle* handle, si
   o.device = prop->location.id;
   o.app_refs = 1;
   std::memcpy(o.prop.data(), prop, sizeof(abi::CUmemAllocationProp));
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   *handle = objects_.AddObject(o);
   return rc;
 }
@@ -86,7 +86,7 @@ void DeviceMemory::DropIfUnused(uint64_t id) {
 
 abi::CUresult DeviceMemory::ReleaseHandle(abi::CUmemGenericAllocationHandle handle) {
   if (!VmmTable::IsObjectId(handle)) return Real().mem_release(handle);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   VmmObject* o = objects_.Find(handle);
   if (o == nullptr || o->app_refs == 0) return abi::CUDA_ERROR_INVALID_VALUE;
   --o->app_refs;
@@ -98,7 +98,7 @@ abi::CUresult DeviceMemory::Map(abi::CUdeviceptr va, size_t size, size_t offset,
                                 abi::CUmemGenericAllocationHandle handle, unsigned long long flags) {
   const RealDriver& d = Real();
   if (!VmmTable::IsObjectId(handle)) return d.mem_map(va, size, offset, handle, flags);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   VmmObject* o = objects_.Find(handle);
   if (o == nullptr || o->real == 0) return abi::CUDA_ERROR_INVALID_VALUE;
   abi::CUresult rc = d.mem_map(va, size, offset, o->real, flags);
@@ -112,7 +112,7 @@ abi::CUresult DeviceMemory::Unmap(abi::CUdeviceptr va, size_t size) {
   const RealDriver& d = Real();
   abi::CUresult rc = d.mem_unmap(va, size);
   if (rc != abi::CUDA_SUCCESS) return rc;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   auto in = objects_.MappingsIn(va, size);
   if (!in) return rc;
   for (const VmmMapping& m : *in) {
@@ -128,7 +128,7 @@ abi::CUresult DeviceMemory::SetAccess(abi::CUdeviceptr va, size_t size, const ab
   if (rc != abi::CUDA_SUCCESS || desc == nullptr) return rc;
   std::vector<AccessGrant> grants;
   for (size_t i = 0; i < count; ++i) grants.push_back({desc[i].location.id, desc[i].flags});
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   objects_.SetAccess(va, size, grants);
   return rc;
 }
@@ -137,7 +137,7 @@ abi::CUresult DeviceMemory::Export(void* shareable, abi::CUmemGenericAllocationH
                                    abi::CUmemAllocationHandleType type, unsigned long long flags) {
   const RealDriver& d = Real();
   if (!VmmTable::IsObjectId(handle)) return d.mem_export(shareable, handle, type, flags);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   VmmObject* o = objects_.Find(handle);
   if (o == nullptr || o->real == 0) return abi::CUDA_ERROR_INVALID_VALUE;
   abi::CUresult rc = d.mem_export(shareable, o->real, type, flags);
@@ -174,14 +174,14 @@ abi::CUresult DeviceMemory::Import(abi::CUmemGenericAllocationHandle* handle, vo
   o.kept_fd = kept.Release();
   o.device = prop.location.id;
   std::memcpy(o.prop.data(), &prop, sizeof prop);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   *handle = objects_.AddObject(o);
   return rc;
 }
 
 abi::CUresult DeviceMemory::Retain(abi::CUmemGenericAllocationHandle* handle, void* addr) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto m = objects_.MappingContaining(reinterpret_cast<uint64_t>(addr));
     if (m && handle != nullptr) {
       ++objects_.Find(m->object)->app_refs;
@@ -194,7 +194,7 @@ abi::CUresult DeviceMemory::Retain(abi::CUmemGenericAllocationHandle* handle, vo
 
 abi::CUresult DeviceMemory::PropertiesOf(abi::CUmemAllocationProp* prop, abi::CUmemGenericAllocationHandle handle) {
   if (!VmmTable::IsObjectId(handle)) return Real().mem_properties(prop, handle);
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   VmmObject* o = objects_.Find(handle);
   if (o == nullptr || prop == nullptr) return abi::CUDA_ERROR_INVALID_VALUE;
   std::memcpy(prop, o->prop.data(), sizeof *prop);
@@ -205,7 +205,7 @@ std::optional<abi::CUresult> DeviceMemory::IpcGet(abi::CUipcMemHandle* out, abi:
   auto identity = ControlSocketIdentity();
   if (!identity || out == nullptr) return std::nullopt;
   IpcHandle h{identity->first, identity->second, 0, 0, 0};
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (auto a = registry_.FindContaining(ptr); a && a->handle != 0) {
     h.object = a->va;
     h.offset = ptr - a->va;
@@ -265,7 +265,7 @@ std::optional<abi::CUresult> DeviceMemory::IpcOpen(abi::CUdeviceptr* ptr, const 
   o.kept_fd = got->passed_fd.Release();
   o.ipc_range = va;
   o.ipc_pointer = va + h->offset;
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   m.object = objects_.AddObject(o);
   objects_.AddMapping(m);
   *ptr = va + h->offset;
@@ -273,7 +273,7 @@ std::optional<abi::CUresult> DeviceMemory::IpcOpen(abi::CUdeviceptr* ptr, const 
 }
 
 std::optional<abi::CUresult> DeviceMemory::IpcClose(abi::CUdeviceptr ptr) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   for (VmmObject* o : objects_.Objects()) {
     if (o->ipc_pointer != ptr || o->ipc_range == 0) continue;
     const RealDriver& d = Real();
@@ -288,7 +288,7 @@ std::optional<abi::CUresult> DeviceMemory::IpcClose(abi::CUdeviceptr ptr) {
 }
 
 Result<UniqueFd> DeviceMemory::ExportFd(uint64_t object) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (state_ == ShimState::kReleased)
     return Status::Error(Code::kFailedPrecondition, "export: the device memory is released");
   abi::CUmemGenericAllocationHandle real = 0;
@@ -304,7 +304,7 @@ Result<UniqueFd> DeviceMemory::ExportFd(uint64_t object) {
   }
   if (fd < 0) {
     abi::CUresult rc = Real().mem_export(&fd, real, abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemExportToShareableHandle", rc).Wrap("export");
+    if (rc != abi::CUDA_SUCCESS) return Real().Error("cuMemExportToShareableHandle", rc).Wrap("export");
   }
   int kept = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (kept >= 0) exported_fds_.push_back({object, kept});
@@ -312,7 +312,7 @@ Result<UniqueFd> DeviceMemory::ExportFd(uint64_t object) {
 }
 
 Status DeviceMemory::Remap(uint64_t import, UniqueFd fd) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   VmmObject* o = objects_.Find(import);
   if (o == nullptr || !o->imported)
     return Status::Error(Code::kNotFound, "remap: no imported device memory {:#x} in this process", import);
@@ -328,7 +328,7 @@ Status DeviceMemory::Remap(uint64_t import, UniqueFd fd) {
   abi::CUmemGenericAllocationHandle real = 0;
   abi::CUresult rc = Real().mem_import(&real, reinterpret_cast<void*>(static_cast<intptr_t>(fd.get())),
                                        abi::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-  if (rc != abi::CUDA_SUCCESS) return DriverError("cuMemImportFromShareableHandle", rc).Wrap("remap");
+  if (rc != abi::CUDA_SUCCESS) return Real().Error("cuMemImportFromShareableHandle", rc).Wrap("remap");
   if (Status st = MapMappings(objects_.MappingsOf(import), real); !st.ok()) {
     for (const VmmMapping& m : objects_.MappingsOf(import)) Real().mem_unmap(m.va, m.size);
     Real().mem_release(real);
@@ -340,7 +340,7 @@ Status DeviceMemory::Remap(uint64_t import, UniqueFd fd) {
 }
 
 Result<std::vector<TrackedAllocation>> DeviceMemory::ObjectRanges(bool released) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<TrackedAllocation> out;
   for (VmmObject* o : objects_.Objects()) {
     if (o->imported || (o->real == 0) != released) continue;
@@ -365,16 +365,16 @@ Result<std::vector<TrackedAllocation>> DeviceMemory::ObjectRanges(bool released)
 }
 
 Status DeviceMemory::FreeObjects() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const RealDriver& d = Real();
   for (VmmObject* o : objects_.Objects()) {
     if (o->real == 0) continue;
     for (const VmmMapping& m : objects_.MappingsOf(o->id)) {
       if (abi::CUresult rc = d.mem_unmap(m.va, m.size); rc != abi::CUDA_SUCCESS)
-        return DriverError("cuMemUnmap", rc).Wrap(fmt::format("release: {:#x} ({} bytes)", m.va, m.size));
+        return Real().Error("cuMemUnmap", rc).Wrap(fmt::format("release: {:#x} ({} bytes)", m.va, m.size));
     }
     if (abi::CUresult rc = d.mem_release(o->real); rc != abi::CUDA_SUCCESS)
-      return DriverError("cuMemRelease", rc).Wrap("release");
+      return Real().Error("cuMemRelease", rc).Wrap("release");
     o->real = 0;
     if (o->kept_fd >= 0) ::close(o->kept_fd);
     o->kept_fd = -1;
@@ -384,7 +384,7 @@ Status DeviceMemory::FreeObjects() {
 }
 
 Status DeviceMemory::MakeObjects() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   const RealDriver& d = Real();
   for (VmmObject* o : objects_.Objects()) {
     if (o->imported || o->real != 0) continue;
@@ -392,7 +392,7 @@ Status DeviceMemory::MakeObjects() {
     std::memcpy(&prop, o->prop.data(), sizeof prop);
     abi::CUmemGenericAllocationHandle real = 0;
     if (abi::CUresult rc = d.mem_create(&real, o->size, &prop, 0); rc != abi::CUDA_SUCCESS)
-      return DriverError("cuMemCreate", rc).Wrap(fmt::format("making {:#x} again", o->id));
+      return Real().Error("cuMemCreate", rc).Wrap(fmt::format("making {:#x} again", o->id));
     if (Status st = MapMappings(objects_.MappingsOf(o->id), real); !st.ok()) {
       d.mem_release(real);
       return st;
@@ -403,7 +403,7 @@ Status DeviceMemory::MakeObjects() {
 }
 
 nlohmann::json DeviceMemory::DescribeSharing() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   nlohmann::json exports = nlohmann::json::array(), imports = nlohmann::json::array();
   uint64_t objects = 0, object_bytes = 0, released_bytes = 0;
   for (const auto& [object, fd] : exported_fds_) exports.push_back({{"object", object}, {"fd", fd}});

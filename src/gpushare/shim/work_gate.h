@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <mutex>
+
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
 
 namespace gpusnap::gpushare::shim {
 
@@ -26,48 +28,51 @@ class WorkGate {
     WorkGate& gate_;
   };
 
-  void Enter() {
-    std::unique_lock lock(mu_);
+  void Enter() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (closed_) ++held_;
-    cv_.wait(lock, [&] { return !closed_; });
+    while (closed_) lock.Wait(cv_);
     ++inside_;
   }
-  void Exit() {
-    std::lock_guard lock(mu_);
+  void Exit() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     if (--inside_ == 0) cv_.notify_all();
   }
   // Closes the gate and waits for the calls inside to leave. On timeout the
   // gate opens again and false is returned.
-  bool Close(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mu_);
+  bool Close(std::chrono::milliseconds timeout) EXCLUDES(mu_) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    MutexLock lock(mu_);
     closed_ = true;
     held_ = 0;
-    if (cv_.wait_for(lock, timeout, [&] { return inside_ == 0; })) return true;
+    while (inside_ != 0 && lock.WaitUntil(cv_, deadline)) {
+    }
+    if (inside_ == 0) return true;
     closed_ = false;
     cv_.notify_all();
     return false;
   }
-  void Open() {
-    std::lock_guard lock(mu_);
+  void Open() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     closed_ = false;
     cv_.notify_all();
   }
-  int inside() {
-    std::lock_guard lock(mu_);
+  int inside() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return inside_;
   }
   // Calls that arrived while closed (since the last Close).
-  int held() {
-    std::lock_guard lock(mu_);
+  int held() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     return held_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool closed_ = false;  // GUARDED_BY(mu_)
-  int inside_ = 0;       // GUARDED_BY(mu_)
-  int held_ = 0;         // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::condition_variable cv_;  // the gate opened, or the last call inside left
+  bool closed_ GUARDED_BY(mu_) = false;
+  int inside_ GUARDED_BY(mu_) = 0;
+  int held_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gpusnap::gpushare::shim

@@ -1,0 +1,75 @@
+#include "util/files.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace gpusnap {
+namespace {
+
+class MakeDirsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpusnap-files-test-XXXXXX";
+    root_ = ::mkdtemp(tmpl);
+  }
+  void TearDown() override { (void)RemoveTree(root_); }
+
+  // The permission bits of `path` (-1 when it cannot be stat'ed).
+  static int ModeOf(const std::string& path) {
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0) return -1;
+    return static_cast<int>(st.st_mode & 07777);
+  }
+
+  // MakeDirs under a given umask, the old one restored before returning.
+  static Status MakeDirsUnder(mode_t mask, const std::string& path, int mode) {
+    mode_t old = ::umask(mask);
+    Status st = MakeDirs(path, mode);
+    ::umask(old);
+    return st;
+  }
+
+  std::string root_;
+};
+
+TEST_F(MakeDirsTest, EveryCreatedDirectoryGetsTheModeAskedFor) {
+  ASSERT_TRUE(MakeDirsUnder(022, root_ + "/a/b/c", 0700).ok());
+  EXPECT_EQ(ModeOf(root_ + "/a"), 0700);
+  EXPECT_EQ(ModeOf(root_ + "/a/b"), 0700);
+  EXPECT_EQ(ModeOf(root_ + "/a/b/c"), 0700);
+}
+
+TEST_F(MakeDirsTest, TheUmaskDoesNotNarrowTheMode) {
+  ASSERT_TRUE(MakeDirsUnder(077, root_ + "/shared/logs", 0755).ok());
+  EXPECT_EQ(ModeOf(root_ + "/shared"), 0755);
+  EXPECT_EQ(ModeOf(root_ + "/shared/logs"), 0755);
+}
+
+TEST_F(MakeDirsTest, ExistingDirectoriesKeepTheirMode) {
+  ASSERT_EQ(::mkdir((root_ + "/kept").c_str(), 0700), 0);
+  ASSERT_EQ(::chmod((root_ + "/kept").c_str(), 0750), 0);
+  ASSERT_TRUE(MakeDirsUnder(022, root_ + "/kept/new/", 0711).ok());
+  EXPECT_EQ(ModeOf(root_ + "/kept"), 0750);
+  EXPECT_EQ(ModeOf(root_ + "/kept/new"), 0711);
+  // Again: everything exists now, nothing changes.
+  ASSERT_TRUE(MakeDirsUnder(022, root_ + "/kept/new", 0755).ok());
+  EXPECT_EQ(ModeOf(root_ + "/kept/new"), 0711);
+}
+
+TEST_F(MakeDirsTest, AFileInTheWayIsAnErrorNamingIt) {
+  ASSERT_TRUE(WriteFileSynced(root_ + "/file", "x").ok());
+  Status st = MakeDirs(root_ + "/file/sub", 0755);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.sys_errno(), ENOTDIR);
+  EXPECT_NE(st.message().find("`" + root_ + "/file`"), std::string::npos) << st.message();
+  EXPECT_EQ(ModeOf(root_ + "/file/sub"), -1);
+}
+
+TEST_F(MakeDirsTest, AnEmptyPathIsRefused) {
+  Status st = MakeDirs("", 0755);
+  EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.message();
+}
+
+}  // namespace
+}  // namespace gpusnap
