@@ -193,7 +193,7 @@ class BadSnapshots(GpusnapCase):
     def test_restore_under_a_running_name_is_refused(self):
         p = self.gs("restore", self.snap, check=False)  # "src" still runs
         self.assertNotEqual(p.returncode, 0)
-        self.assertIn("is running", p.stderr)
+        self.assertIn("a workload named `src` is already running", p.stderr)
 
 
 if __name__ == "__main__":
