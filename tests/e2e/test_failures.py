@@ -23,6 +23,22 @@ def tmpfs(path, options):
         subprocess.run(["umount", path], check=True)
 
 
+PF_KTHREAD = 0x00200000
+
+
+def kernel_thread():
+    """A kernel thread's pid (kthreadd, pid 2, on a host), or None."""
+    for entry in sorted((e for e in os.listdir("/proc") if e.isdigit()), key=int):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                flags = int(f.read().rsplit(")", 1)[1].split()[6])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if flags & PF_KTHREAD:
+            return int(entry)
+    return None
+
+
 class FailedCheckpoints(GpusnapCase):
     def assert_source_runs_and_store_is_clean(self, pid):
         c = self.count(pid)
@@ -127,6 +143,17 @@ class FailedCheckpoints(GpusnapCase):
         p = self.gs("checkpoint", str(reaper), check=False)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("init of its pid namespace", p.stderr)
+
+    def test_kernel_thread_is_refused(self):
+        kthread = kernel_thread()
+        if kthread is None:
+            self.skipTest("no kernel thread is visible in this pid namespace")
+        p = self.gs("checkpoint", str(kthread), check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertRegex(p.stderr, rf"^gpusnap: error: .*pid {kthread} is a kernel thread \(")
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertNotIn("CRIU", p.stderr)
+        self.assertEqual(self.snapshots(), [])
 
     def test_run_of_missing_program(self):
         p = self.gs("run", "--name", "nope", "--", "/no/such/program", check=False)
