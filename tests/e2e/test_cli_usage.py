@@ -50,6 +50,11 @@ class UsageErrors(GpusnapCase):
         self.assert_usage_error(["restore", "snap", "--name"], "restore", "--name")
         self.assert_usage_error(["checkpoint", "w", "--timeout", "soon"], "checkpoint", "--timeout", "soon")
 
+    def test_criu_config_that_does_not_exist(self):
+        missing = os.path.join(self.tmp, "no-such.conf")
+        self.assert_usage_error(["checkpoint", "w", "--criu-config", missing], "--criu-config", missing)
+        self.assert_usage_error(["restore", "snap", "--criu-config", missing], "--criu-config", missing)
+
     def test_help_still_works(self):
         for args in (["--help"], ["run", "--help"], ["cuda", "--help"], ["cuda", "lock", "--help"]):
             p = self.gs(*args)

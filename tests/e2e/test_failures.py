@@ -155,6 +155,27 @@ class FailedCheckpoints(GpusnapCase):
         self.assertNotIn("CRIU", p.stderr)
         self.assertEqual(self.snapshots(), [])
 
+    def test_missing_criu_config_is_refused(self):
+        pid = self.run_counter("cfg")
+        missing = os.path.join(self.tmp, "no-such.conf")
+        p = self.gs("checkpoint", "cfg", "--criu-config", missing, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(f"--criu-config: File does not exist: {missing}", p.stderr)
+        self.assert_source_runs_and_store_is_clean(pid)
+
+    def test_relative_criu_config_is_honoured(self):
+        # CRIU reads the file from its own working directory: a path relative
+        # to the caller's must still reach it. This one keeps the source running.
+        pid = self.run_counter("cfg")
+        with open(os.path.join(self.tmp, "keep.conf"), "w") as f:
+            f.write("leave-running\n")
+        p = subprocess.run([GPUSNAP, "-q", "checkpoint", "cfg", "--criu-config", "keep.conf"], cwd=self.tmp,
+                           env=self.env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(self.snapshots()), 1)
+        self.assertTrue(self.alive(pid), "the configuration was not read: the source was stopped")
+        self.wait_count(pid, self.count(pid) + 5)
+
     def test_run_of_missing_program(self):
         p = self.gs("run", "--name", "nope", "--", "/no/such/program", check=False)
         self.assertNotEqual(p.returncode, 0)
@@ -221,6 +242,14 @@ class BadSnapshots(GpusnapCase):
         p = self.gs("restore", self.snap, check=False)  # "src" still runs
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("a workload named `src` is already running", p.stderr)
+
+    def test_missing_criu_config_is_refused(self):
+        missing = os.path.join(self.tmp, "no-such.conf")
+        before = self.workloads()
+        p = self.gs("restore", self.snap, "--name", "copy", "--criu-config", missing, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(f"--criu-config: File does not exist: {missing}", p.stderr)
+        self.assertEqual(self.workloads(), before)
 
 
 if __name__ == "__main__":
