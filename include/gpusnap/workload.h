@@ -3,7 +3,9 @@
 // be listed and checkpointed by name.
 //
 // The records live in the run directory ($GPUSNAP_RUN_DIR, default
-// /run/gpusnap), one JSON file per name, each written atomically.
+// /run/gpusnap), one JSON file per name, each written atomically. A name is
+// claimed (NameClaim) before anything that will carry it starts, so of two
+// gpusnaps starting one name, one is refused before it has started anything.
 #pragma once
 
 #include <sys/types.h>
@@ -43,8 +45,41 @@ Result<std::string> GpushareShimPath();
 std::string RunDir();
 
 // Starts argv in a new pid + mount namespace, detached. kAlreadyExists if a
-// running workload already has the name.
+// running workload already has the name, or another gpusnap is starting one
+// under it; then nothing was started.
 Result<Workload> RunWorkload(const RunOptions& options);
+
+// The exclusive right to record a workload under a name, held from before the
+// tree starts until RecordWorkload writes its record (or the claim is
+// dropped). Held as a flock on <run dir>/workloads/<name>.claim, which the
+// kernel releases with the claimant's descriptor: a gpusnap that dies holding
+// a name leaves no claim that blocks the next one. Move-only; releases on
+// destruction.
+class NameClaim {
+ public:
+  NameClaim(NameClaim&& other) noexcept;
+  NameClaim& operator=(NameClaim&& other) noexcept;
+  NameClaim(const NameClaim&) = delete;
+  NameClaim& operator=(const NameClaim&) = delete;
+  ~NameClaim();
+
+  const std::string& name() const { return name_; }
+
+ private:
+  friend Result<NameClaim> ClaimWorkloadName(const std::string& name);
+  NameClaim(std::string name, std::string path, int fd);
+  void Release();
+
+  std::string name_;
+  std::string path_;
+  int fd_ = -1;  // holds the flock
+};
+
+// Claims `name` for a workload about to start. kInvalidArgument for an invalid
+// name; kAlreadyExists if a running workload has it ("... is already running
+// (pid P)") or another gpusnap holds its claim ("... is already being started
+// (by gpusnap pid P)"). Does not wait.
+Result<NameClaim> ClaimWorkloadName(const std::string& name);
 
 // All recorded workloads with `running` filled in; records of workloads that
 // have exited are kept until their name is reused.
@@ -53,9 +88,9 @@ Result<std::vector<Workload>> ListWorkloads();
 // kNotFound if no workload has that name.
 Result<Workload> FindWorkload(const std::string& name);
 
-// Records a workload (used by restore). Replaces an exited one of that name;
-// kAlreadyExists if a running one has it.
-Status RecordWorkload(const Workload& workload);
+// Records a workload under the name `claim` holds (REQUIRES: workload.name ==
+// claim.name()), replacing an exited one of that name, then releases the claim.
+Status RecordWorkload(const Workload& workload, NameClaim claim);
 
 bool IsValidWorkloadName(std::string_view name);
 

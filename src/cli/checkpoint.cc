@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/cli.h"
 #include "cli/progress.h"
@@ -88,6 +89,19 @@ Result<Restored> RestoreHere(const RestoreOptions& o) {
   return Restored{std::move(r).value(), ""};
 }
 
+// --criu-config: an existing file, passed on by absolute path, since CRIU
+// skips a file it cannot open without a word and reads a relative path from
+// its own working directory (/).
+void AddCriuConfig(CLI::App& sub, std::string& path) {
+  sub.add_option("--criu-config", path, "Extra CRIU configuration file (CRIU's own option syntax; in-process)")
+      ->transform([](std::string given) {
+        std::error_code ec;
+        auto absolute = std::filesystem::absolute(given, ec);
+        return ec ? given : absolute.string();
+      })
+      ->check(CLI::ExistingFile);
+}
+
 }  // namespace
 
 void AddCheckpoint(CLI::App& app, Context& ctx) {
@@ -106,8 +120,7 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap; in-process)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take (in-process)")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log (in-process)");
-  sub->add_option("--criu-config", opts->criu_config,
-                  "Extra CRIU configuration file (CRIU's own option syntax; in-process)");
+  AddCriuConfig(*sub, opts->criu_config);
   auto agent = std::make_shared<AgentFlags>();
   AddAgentFlags(*sub, *agent);
   sub->footer(std::string("Prints the snapshot id on its last line (--json: an object). ") + kAgentFooter);
@@ -127,8 +140,7 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap; in-process)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take (in-process)")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log (in-process)");
-  sub->add_option("--criu-config", opts->criu_config,
-                  "Extra CRIU configuration file (CRIU's own option syntax; in-process)");
+  AddCriuConfig(*sub, opts->criu_config);
   sub->add_option("--gpu-map", opts->gpu_map,
                   "Restore onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this machine's");
   sub->add_option("--gpus", opts->gpus, "Restore the snapshot's GPUs, in order, onto these GPU indices (in-process)")

@@ -1,6 +1,7 @@
 #include <cstring>
 
 #include "cli/cli.h"
+#include "cli/usage.h"
 #include "ns/reaper.h"
 
 int main(int argc, char** argv) {
@@ -24,6 +25,12 @@ int main(int argc, char** argv) {
   gpusnap::cli::AddAgent(app, ctx);
   gpusnap::cli::AddCuda(app, ctx);
   gpusnap::cli::AddGpushare(app, ctx);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& help) {  // --help
+    return app.exit(help);
+  } catch (const CLI::ParseError& usage) {
+    return gpusnap::cli::ReportUsageError(app, usage);
+  }
   return ctx.exit_code;
 }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -23,7 +24,16 @@ Operation MakeOperation(const Bundle& bundle, criu_req_type type, criu_opts opts
   return op;
 }
 
+Status CheckConfigFile(const std::string& path) {
+  if (path.empty() || path[0] != '/')
+    return Status::Error(Code::kInvalidArgument, "CRIU configuration file `{}` is not an absolute path", path);
+  if (::access(path.c_str(), R_OK) != 0)
+    return Status::Error(Code::kInvalidArgument, "CRIU configuration file `{}`: {}", path, Status::ErrnoText(errno));
+  return Status::Ok();
+}
+
 Result<criu_resp> Run(const Operation& op) {
+  if (op.opts.has_config_file()) GPUSNAP_RETURN_IF_ERROR(CheckConfigFile(op.opts.config_file()));
   std::vector<UniqueFd> cgroup_files;
   std::vector<int> cgroup_fds;
   for (const auto& path : op.join_cgroups) {

@@ -30,6 +30,14 @@ struct Operation {
 Operation MakeOperation(const Bundle& bundle, criu_req_type type, criu_opts opts, pid_t ns_holder,
                         std::chrono::seconds timeout, std::string log_path);
 
+// A CRIU configuration file CRIU will read: an absolute path (CRIU reads a
+// relative one from its own working directory, /) to a readable file (CRIU
+// skips one it cannot open without a word). kInvalidArgument otherwise,
+// naming the path.
+Status CheckConfigFile(const std::string& path);
+
+// Refuses a configuration file in `op.opts` that CheckConfigFile refuses
+// before starting CRIU.
 // kExternal when CRIU reports failure, or reports success but then exits
 // non-zero or dies by a signal: "CRIU <verb> failed: <its message>" (with how
 // CRIU ended) followed by the Error lines of its log. kTimeout when it was

@@ -28,9 +28,8 @@ Result<Stat> ReadStat(pid_t pid) {
   Stat s;
   s.pid = pid;
   int pgrp = 0, tty = 0, tpgid = 0;
-  unsigned flags = 0;
   uint64_t skip = 0;
-  in >> s.state >> s.ppid >> pgrp >> s.session >> tty >> tpgid >> flags;
+  in >> s.state >> s.ppid >> pgrp >> s.session >> tty >> tpgid >> s.flags;
   for (int i = 0; i < 11; ++i) in >> skip;  // minflt .. priority/nice fields 10-20
   in >> s.start_time;
   if (!in) return Status::Error(Code::kInternal, "unreadable /proc/{}/stat", pid);

@@ -18,6 +18,7 @@ struct Stat {
   char state = '?';
   pid_t ppid = 0;
   pid_t session = 0;
+  unsigned flags = 0;       // the kernel's PF_* flags of the task
   uint64_t start_time = 0;  // clock ticks since boot: with the pid, identifies a process
 };
 

@@ -106,11 +106,8 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   }
   std::string name = options.name.empty() ? meta.source.name : options.name;
   if (name.empty()) name = "restored-" + std::to_string(meta.source.host_pid);
-  if (!IsValidWorkloadName(name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", name);
-  if (auto existing = FindWorkload(name); existing.ok() && existing->running)
-    return Status::Error(Code::kAlreadyExists,
-                         "a workload named `{}` is running (pid {}); pass --name to restore under another name", name,
-                         existing->pid);
+  // Held until the record is written: a restore or run racing for the name is refused before it starts anything.
+  GPUSNAP_ASSIGN_OR_RETURN(NameClaim name_claim, ClaimWorkloadName(name));
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
   GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, meta.tcp_established));
   std::string gpu_dir = store.SnapshotDir(meta.id) + "/" + SnapshotFiles::kGpuDir;  // gpushare manifests
@@ -268,7 +265,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   w.restored_from = meta.id;
   w.start_time = stat.start_time;
   w.running = true;
-  GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w));
+  GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w, std::move(name_claim)));
   undo.Disarm();
   phases.Total();
   result.timings_s = phases.timings();

@@ -8,10 +8,13 @@
 
 #include "gpusnap/workload.h"
 #include "proc/proc.h"
+#include "util/files.h"
 
 namespace gpusnap {
 
 namespace {
+
+constexpr unsigned kPfKthread = 0x00200000;  // PF_KTHREAD, include/linux/sched.h
 
 // The init (pid 1) of `pid`'s pid namespace, as the host sees it: the nearest
 // ancestor whose innermost pid is 1.
@@ -30,6 +33,13 @@ Result<Target> FromPid(pid_t pid, std::string name) {
   GPUSNAP_ASSIGN_OR_RETURN(auto st, proc::ReadStat(pid));
   if (st.state == 'Z') return Status::Error(Code::kNotFound, "pid {} has exited (zombie)", pid);
   if (pid == ::getpid()) return Status::Error(Code::kFailedPrecondition, "pid {} is this gpusnap process", pid);
+  // CRIU cannot dump a kernel thread, and would only say "No such process".
+  if (st.flags & kPfKthread) {
+    auto comm = ReadFile(fmt::format("/proc/{}/comm", pid));
+    std::string what = comm.ok() ? comm->substr(0, comm->find('\n')) : "?";
+    return Status::Error(Code::kFailedPrecondition,
+                         "pid {} is a kernel thread ({}); only user processes can be checkpointed", pid, what);
+  }
   GPUSNAP_ASSIGN_OR_RETURN(auto nspids, proc::NsPids(pid));
   Target t;
   t.name = std::move(name);

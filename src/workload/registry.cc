@@ -9,6 +9,7 @@
 #include "proc/proc.h"
 #include "ns/reaper.h"
 #include "util/files.h"
+#include "util/test_hooks.h"
 
 namespace gpusnap {
 
@@ -60,9 +61,9 @@ static Result<Workload> ReadRecord(const std::string& path) {
   return w;
 }
 
-Status RecordWorkload(const Workload& w) {
-  if (!IsValidWorkloadName(w.name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", w.name);
-  GPUSNAP_RETURN_IF_ERROR(MakeDirs(RunDir() + "/workloads"));
+Status RecordWorkload(const Workload& w, NameClaim claim) {
+  if (w.name != claim.name())
+    return Status::Error(Code::kInternal, "recording workload `{}` under the claim on `{}`", w.name, claim.name());
   if (auto old = ReadRecord(RecordPath(w.name)); old.ok() && old->running && old->pid != w.pid)
     return Status::Error(Code::kAlreadyExists, "a workload named `{}` is already running (pid {})", w.name, old->pid);
   json j = {{"name", w.name},       {"pid", w.pid}, {"start_time", w.start_time}, {"reaper_pid", w.reaper_pid},
@@ -113,8 +114,8 @@ Result<Workload> RunWorkload(const RunOptions& options) {
     return Status::Error(Code::kInvalidArgument,
                          "invalid workload name `{}`: use 1-40 letters, digits, '.', '_' or '-'", options.name);
   if (options.argv.empty()) return Status::Error(Code::kInvalidArgument, "no command to run");
-  if (auto old = FindWorkload(options.name); old.ok() && old->running)
-    return Status::Error(Code::kAlreadyExists, "a workload named `{}` is already running (pid {})", options.name, old->pid);
+  GPUSNAP_ASSIGN_OR_RETURN(auto claim, ClaimWorkloadName(options.name));
+  PauseIfRequested("name-claimed");
   std::string log = options.log;
   if (log.empty()) {
     GPUSNAP_RETURN_IF_ERROR(MakeDirs(RunDir() + "/logs"));
@@ -137,7 +138,7 @@ Result<Workload> RunWorkload(const RunOptions& options) {
   if (!st.ok()) return Status::Error(Code::kExternal, "the workload exited at once; see its log `{}`", log);
   w.start_time = st->start_time;
   w.running = true;
-  GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w));
+  GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w, std::move(claim)));
   return w;
 }
 

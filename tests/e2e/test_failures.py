@@ -23,6 +23,22 @@ def tmpfs(path, options):
         subprocess.run(["umount", path], check=True)
 
 
+PF_KTHREAD = 0x00200000
+
+
+def kernel_thread():
+    """A kernel thread's pid (kthreadd, pid 2, on a host), or None."""
+    for entry in sorted((e for e in os.listdir("/proc") if e.isdigit()), key=int):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                flags = int(f.read().rsplit(")", 1)[1].split()[6])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if flags & PF_KTHREAD:
+            return int(entry)
+    return None
+
+
 class FailedCheckpoints(GpusnapCase):
     def assert_source_runs_and_store_is_clean(self, pid):
         c = self.count(pid)
@@ -128,6 +144,38 @@ class FailedCheckpoints(GpusnapCase):
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("init of its pid namespace", p.stderr)
 
+    def test_kernel_thread_is_refused(self):
+        kthread = kernel_thread()
+        if kthread is None:
+            self.skipTest("no kernel thread is visible in this pid namespace")
+        p = self.gs("checkpoint", str(kthread), check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertRegex(p.stderr, rf"^gpusnap: error: .*pid {kthread} is a kernel thread \(")
+        self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+        self.assertNotIn("CRIU", p.stderr)
+        self.assertEqual(self.snapshots(), [])
+
+    def test_missing_criu_config_is_refused(self):
+        pid = self.run_counter("cfg")
+        missing = os.path.join(self.tmp, "no-such.conf")
+        p = self.gs("checkpoint", "cfg", "--criu-config", missing, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(f"--criu-config: File does not exist: {missing}", p.stderr)
+        self.assert_source_runs_and_store_is_clean(pid)
+
+    def test_relative_criu_config_is_honoured(self):
+        # CRIU reads the file from its own working directory: a path relative
+        # to the caller's must still reach it. This one keeps the source running.
+        pid = self.run_counter("cfg")
+        with open(os.path.join(self.tmp, "keep.conf"), "w") as f:
+            f.write("leave-running\n")
+        p = subprocess.run([GPUSNAP, "-q", "checkpoint", "cfg", "--criu-config", "keep.conf"], cwd=self.tmp,
+                           env=self.env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(self.snapshots()), 1)
+        self.assertTrue(self.alive(pid), "the configuration was not read: the source was stopped")
+        self.wait_count(pid, self.count(pid) + 5)
+
     def test_run_of_missing_program(self):
         p = self.gs("run", "--name", "nope", "--", "/no/such/program", check=False)
         self.assertNotEqual(p.returncode, 0)
@@ -193,7 +241,15 @@ class BadSnapshots(GpusnapCase):
     def test_restore_under_a_running_name_is_refused(self):
         p = self.gs("restore", self.snap, check=False)  # "src" still runs
         self.assertNotEqual(p.returncode, 0)
-        self.assertIn("is running", p.stderr)
+        self.assertIn("a workload named `src` is already running", p.stderr)
+
+    def test_missing_criu_config_is_refused(self):
+        missing = os.path.join(self.tmp, "no-such.conf")
+        before = self.workloads()
+        p = self.gs("restore", self.snap, "--name", "copy", "--criu-config", missing, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn(f"--criu-config: File does not exist: {missing}", p.stderr)
+        self.assertEqual(self.workloads(), before)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,21 @@
+// Usage errors (a flag, argument or command the command line does not take)
+// in gpusnap's own words: one line on stderr, `gpusnap: error: `, naming the
+// flag or command at fault (and, for a flag of other commands, which ones),
+// exit status 2. CLI11 finds the error; this says it about gpusnap.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace gpusnap::cli {
+
+inline constexpr int kUsageExitCode = 2;
+
+// The line for `error`, thrown by `top.parse` (so `top` still holds what was
+// parsed: the command chosen and the arguments left over), without the prefix.
+std::string UsageErrorLine(const CLI::App& top, const CLI::ParseError& error);
+
+// Prints `gpusnap: error: <UsageErrorLine>` on stderr; returns kUsageExitCode.
+int ReportUsageError(const CLI::App& top, const CLI::ParseError& error);
+
+}  // namespace gpusnap::cli
