@@ -1,5 +1,7 @@
 #include "agent/client.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -10,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include <httplib.h>
@@ -23,29 +26,139 @@ using Json = nlohmann::json;
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 httplib::Client UnixClient(const std::string& socket) {
   httplib::Client client(socket);
   client.set_address_family(AF_UNIX);
   return client;
 }
 
+// A connect() to `socket` that does not wait: 0, or its errno (EAGAIN for a
+// full backlog). What cpp-httplib's own failed connect does not tell.
+int ConnectOnce(const std::string& socket) {
+  sockaddr_un addr{};
+  if (socket.size() >= sizeof addr.sun_path) return ENAMETOOLONG;
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) return errno;
+  return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 ? 0 : errno;
+}
+
+// SIGPIPE held back on this thread for a request: cpp-httplib's client
+// writes without MSG_NOSIGNAL, and an agent that refuses a connection (503)
+// closes it while the request may still be going out. One raised meanwhile
+// is taken off again; the write then fails as EPIPE.
+class SigpipeHeldBack {
+ public:
+  SigpipeHeldBack() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &before_);
+  }
+  ~SigpipeHeldBack() {
+    if (sigismember(&before_, SIGPIPE)) return;  // the caller blocks it itself
+    sigset_t pending;
+    timespec now{};
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE)) sigtimedwait(&pipe_, nullptr, &now);
+    pthread_sigmask(SIG_SETMASK, &before_, nullptr);
+  }
+  SigpipeHeldBack(const SigpipeHeldBack&) = delete;
+  SigpipeHeldBack& operator=(const SigpipeHeldBack&) = delete;
+
+ private:
+  sigset_t pipe_{}, before_{};
+};
+
+// The agent's error message in an answer, or its body.
+std::string ErrorIn(const httplib::Response& res) {
+  Json reply = Json::parse(res.body, nullptr, false);
+  return reply.is_object() && reply.contains("error") && reply["error"].is_string() ? reply["error"].get<std::string>()
+                                                                                     : res.body;
+}
+
+// What a request came to once retried while the agent was busy.
+struct Exchange {
+  std::optional<httplib::Response> response;  // an answer other than 503
+  ConnectVerdict verdict = ConnectVerdict::kTryAgain;  // without one: what the socket said
+  std::string detail;                          // without one: why, in words
+  bool busy = false;                           // without one: the wait ran out
+};
+
+// Sends until an answer other than 503 comes, the socket says no agent is
+// there, or `wait` is spent. A failed connection, a request the agent
+// closed the connection on before it was all written, and a 503 are retried
+// (the agent acts only on a request it has read whole); an answer that did
+// not come after the request went out is retried only if `retry_unanswered`
+// (the request changes nothing).
+Exchange SendWhileBusy(const std::string& socket, std::chrono::milliseconds wait, int read_timeout_s,
+                       bool retry_unanswered, const std::function<httplib::Result(httplib::Client&)>& send) {
+  const auto end = Clock::now() + wait;
+  std::chrono::milliseconds pause{10};
+  std::string last;
+  for (;;) {
+    httplib::Client client = UnixClient(socket);
+    client.set_connection_timeout(2);
+    client.set_read_timeout(read_timeout_s);
+    httplib::Result res = [&] {
+      SigpipeHeldBack held;
+      return send(client);
+    }();
+    if (res && res->status != 503) return {res.value(), ConnectVerdict::kTryAgain, "", false};
+    if (res) {
+      last = "it answered HTTP 503: " + ErrorIn(*res);
+    } else if (res.error() == httplib::Error::Connection) {
+      int err = ConnectOnce(socket);
+      ConnectVerdict verdict = err == 0 ? ConnectVerdict::kTryAgain : ClassifyConnectError(err);
+      if (verdict != ConnectVerdict::kTryAgain) return {std::nullopt, verdict, Status::ErrnoText(err), false};
+      last = err == EAGAIN ? "its listen backlog is full" : err == 0 ? "a connection failed" : Status::ErrnoText(err);
+    } else if (res.error() == httplib::Error::Write) {
+      last = "it closed the connection before the request was written";
+    } else if (retry_unanswered) {
+      last = httplib::to_string(res.error());
+    } else {
+      return {std::nullopt, ConnectVerdict::kTryAgain, httplib::to_string(res.error()), false};
+    }
+    auto now = Clock::now();
+    if (now >= end)
+      return {std::nullopt, ConnectVerdict::kTryAgain,
+              fmt::format("no answer within {:g} s; last: {}", static_cast<double>(wait.count()) / 1000, last), true};
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, end - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(250));
+  }
+}
+
 }  // namespace
 
+ConnectVerdict ClassifyConnectError(int err) {
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR: return ConnectVerdict::kAbsent;
+    case EACCES:
+    case EPERM: return ConnectVerdict::kDenied;
+    case ECONNREFUSED:
+    case EPROTOTYPE: return ConnectVerdict::kNobodyHome;
+    default: return ConnectVerdict::kTryAgain;
+  }
+}
+
 Result<Json> CallAgent(const std::string& socket, const std::string& method, const std::string& path,
-                       const Json* body) {
-  httplib::Client client = UnixClient(socket);
-  client.set_read_timeout(30);
-  httplib::Result res = method == "POST"     ? client.Post(path.c_str(), body ? body->dump() : "{}", "application/json")
-                        : method == "DELETE" ? client.Delete(path.c_str())
-                                             : client.Get(path.c_str());
-  if (!res)
-    return Status::Error(Code::kNotFound, "cannot reach the agent at `{}`: {}", socket,
-                         httplib::to_string(res.error()));
+                       const Json* body, std::chrono::milliseconds wait) {
+  std::string payload = body ? body->dump() : "{}";
+  Exchange ex = SendWhileBusy(socket, wait, 30, method == "GET", [&](httplib::Client& client) {
+    return method == "POST"     ? client.Post(path.c_str(), payload, "application/json")
+           : method == "DELETE" ? client.Delete(path.c_str())
+                                : client.Get(path.c_str());
+  });
+  if (!ex.response) {
+    if (ex.busy) return Status::Error(Code::kTimeout, "the agent on `{}` is busy ({})", socket, ex.detail);
+    return Status::Error(Code::kNotFound, "cannot reach the agent at `{}`: {}", socket, ex.detail);
+  }
+  const httplib::Response* res = &*ex.response;
   Json reply = Json::parse(res->body, nullptr, false);
   if (res->status >= 400) {
-    std::string why = reply.is_object() && reply.contains("error") && reply["error"].is_string()
-                          ? reply["error"].get<std::string>()
-                          : res->body;
+    std::string why = ErrorIn(*res);
     Code code = res->status == 404   ? Code::kNotFound
                 : res->status == 409 ? Code::kAlreadyExists
                 : res->status == 501 ? Code::kNotSupported
@@ -57,7 +170,7 @@ Result<Json> CallAgent(const std::string& socket, const std::string& method, con
   return reply;
 }
 
-AgentProbe ProbeAgent(const std::string& socket) {
+AgentProbe ProbeAgent(const std::string& socket, std::chrono::milliseconds wait) {
   auto denied = [](int err) { return err == EACCES || err == EPERM; };
   struct stat st{};
   if (::stat(socket.c_str(), &st) != 0) {
@@ -67,23 +180,20 @@ AgentProbe ProbeAgent(const std::string& socket) {
     return {ProbeState::kStale, Status::ErrnoText(err), ""};
   }
   if (!S_ISSOCK(st.st_mode)) return {ProbeState::kStale, "not a socket", ""};
-  sockaddr_un addr{};
-  if (socket.size() >= sizeof addr.sun_path) return {ProbeState::kStale, "path too long for a unix socket", ""};
-  addr.sun_family = AF_UNIX;
-  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
-  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd.valid()) return {ProbeState::kNoAnswer, Status::ErrnoText(errno), ""};
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    int err = errno;
-    if (denied(err)) return {ProbeState::kDenied, Status::ErrnoText(err), ""};
-    return {ProbeState::kStale, err == ECONNREFUSED ? "nothing listens on it" : Status::ErrnoText(err), ""};
+  if (socket.size() >= sizeof(sockaddr_un{}.sun_path))
+    return {ProbeState::kStale, "path too long for a unix socket", ""};
+  Exchange ex = SendWhileBusy(socket, wait, 5, true, [](httplib::Client& client) { return client.Get("/healthz"); });
+  if (!ex.response) {
+    switch (ex.verdict) {
+      case ConnectVerdict::kAbsent: return {ProbeState::kAbsent, ex.detail, ""};
+      case ConnectVerdict::kDenied: return {ProbeState::kDenied, ex.detail, ""};
+      case ConnectVerdict::kNobodyHome:
+        return {ProbeState::kStale, ex.detail == Status::ErrnoText(ECONNREFUSED) ? "nothing listens on it" : ex.detail,
+                ""};
+      case ConnectVerdict::kTryAgain: return {ProbeState::kBusy, ex.detail, ""};
+    }
   }
-  fd.Reset();
-  httplib::Client client = UnixClient(socket);
-  client.set_connection_timeout(2);
-  client.set_read_timeout(5);
-  httplib::Result res = client.Get("/healthz");
-  if (!res) return {ProbeState::kNoAnswer, "GET /healthz: " + httplib::to_string(res.error()), ""};
+  const httplib::Response* res = &*ex.response;
   Json health = Json::parse(res->body, nullptr, false);
   if (res->status != 200 || !health.is_object() || health.value("ok", false) != true)
     return {ProbeState::kNoAnswer, fmt::format("GET /healthz answered HTTP {}", res->status), ""};

@@ -16,6 +16,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "agent/bounded_server.h"
 #include "gpusnap/snapshot.h"
 #include "k8s/webhook_server.h"
 #include "util/files.h"
@@ -28,13 +29,31 @@ using Json = nlohmann::json;
 
 void Reply(httplib::Response& res, int status, const Json& body) {
   res.status = status;
-  res.set_content(body.dump(2) + "\n", "application/json");
+  // A message may quote a value that is not UTF-8 (a path's %FF): it is
+  // answered with U+FFFD in its place, never with a 500.
+  res.set_content(body.dump(2, ' ', false, Json::error_handler_t::replace) + "\n", "application/json");
 }
 
 void ReplyError(httplib::Response& res, const ApiError& e, const std::string& job_id = "") {
   Json body = {{"error", e.message}};
   if (!job_id.empty()) body["job"] = job_id;
   Reply(res, e.http_status, body);
+}
+
+// A POST's body, read through `reader` and held up to `max_bytes` (sized or
+// chunked alike); nullopt once the refusal is in `res`.
+std::optional<std::string> ReadBody(const httplib::ContentReader& reader, httplib::Response& res, size_t max_bytes) {
+  BodyBuffer body(max_bytes);
+  if (reader([&body](const char* data, size_t size) { return body.Append(data, size); })) return body.text();
+  // A Content-Length over the limit: cpp-httplib said 413 without reading.
+  if (body.too_large() || res.status == 413) {
+    ReplyError(res, BodyTooLarge(max_bytes));
+  } else if (auto cut = BoundedServer::CutShort()) {
+    ReplyError(res, *cut);
+  } else {
+    ReplyError(res, {400, "the request body could not be read (cut short, or a malformed chunk or encoding)"});
+  }
+  return std::nullopt;
 }
 
 Json SnapshotSummary(const SnapshotMeta& m) {
@@ -55,7 +74,7 @@ Json JobJson(const Job& job) {
 // `unix_socket`: the root-only socket, whose /healthz also names the store
 // (the CLI compares it with the one it was given); TCP's answers without a
 // token, so it says no more than that the agent runs.
-void AddRoutes(httplib::Server& s, Service& service, bool unix_socket) {
+void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t max_body_bytes) {
   s.Get("/healthz", [&service, unix_socket](const httplib::Request&, httplib::Response& res) {
     Json health = {{"ok", true}, {"runningJobs", service.RunningJobs()}};
     if (unix_socket) health["store"] = service.store_root();
@@ -64,8 +83,15 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket) {
   s.Get("/metrics", [&service](const httplib::Request&, httplib::Response& res) {
     res.set_content(service.metrics().Format(), "text/plain; version=0.0.4");
   });
-  s.Post("/v1/checkpoints", [&service](const httplib::Request& req, httplib::Response& res) {
-    auto parsed = ParseCheckpointRequest(req.body);
+  // Bodies are read by the handlers, so that no body is ever held past the
+  // limit (cpp-httplib holds a chunked one whole, and refuses a form-encoded
+  // one past 8 KiB).
+  using Reader = httplib::ContentReader;
+  s.Post("/v1/checkpoints", [&service, max_body_bytes](const httplib::Request&, httplib::Response& res,
+                                                       const Reader& reader) {
+    auto body = ReadBody(reader, res, max_body_bytes);
+    if (!body) return;
+    auto parsed = ParseCheckpointRequest(*body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
     auto started = service.StartCheckpoint(std::get<CheckpointRequest>(parsed));
     if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
@@ -73,8 +99,11 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket) {
     res.set_header("Location", "/v1/jobs/" + id);
     Reply(res, 202, {{"job", id}});
   });
-  s.Post("/v1/restores", [&service](const httplib::Request& req, httplib::Response& res) {
-    auto parsed = ParseRestoreRequest(req.body);
+  s.Post("/v1/restores", [&service, max_body_bytes](const httplib::Request&, httplib::Response& res,
+                                                    const Reader& reader) {
+    auto body = ReadBody(reader, res, max_body_bytes);
+    if (!body) return;
+    auto parsed = ParseRestoreRequest(*body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
     auto started = service.StartRestore(std::get<RestoreRequest>(parsed));
     if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
@@ -134,8 +163,21 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket) {
     }
     Reply(res, 200, out);
   });
-  // Refusals httplib makes itself (404 for an unknown path, 413, 400) get a JSON body.
+  // Any other POST: refused without its body being read (the connection
+  // closes after the refusal).
+  s.Post(".*", [](const httplib::Request& req, httplib::Response& res, const Reader&) {
+    ReplyError(res, {404, fmt::format("no endpoint {} {}", req.method, req.path)});
+  });
+  // Every refusal closes the connection: its body may be unread. Those
+  // httplib makes itself (404 for an unknown path, 413, 400) get a JSON body,
+  // and a request the bounds cut short says why (408, 431).
   s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    BoundedServer::CloseAfterAnswer();
+    res.set_header("Connection", "close");
+    if (auto cut = BoundedServer::CutShort()) {
+      Reply(res, cut->http_status, {{"error", cut->message}});
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     std::string what = res.status == 404   ? fmt::format("no endpoint {} {}", req.method, req.path)
                        : res.status == 413 ? "request body too large"
@@ -145,6 +187,29 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket) {
   }));
 }
 
+ConnectionBounds BoundsFor(const AgentOptions& o, const std::string& listener) {
+  ConnectionBounds b;
+  b.listener = listener;
+  b.threads = o.threads;
+  b.request_timeout_s = o.io_timeout_s;
+  b.io_timeout_s = o.io_timeout_s;
+  b.max_connections = o.max_connections;
+  // The unix socket's callers are root on this node, all one peer to it.
+  b.max_connections_per_peer = listener == "tcp" ? o.max_connections_per_peer : 0;
+  b.log = o.service.log;
+  return b;
+}
+
+// What every request passes before its body is read (RefusedBeforeTheBody).
+httplib::Server::HandlerResponse CheckBeforeTheBody(const httplib::Request& req, httplib::Response& res) {
+  bool has_body = req.has_header("Transfer-Encoding") ||
+                  (req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0");
+  auto refused = RefusedBeforeTheBody(req.method, req.path, req.get_header_value("Content-Type"), has_body);
+  if (!refused) return httplib::Server::HandlerResponse::Unhandled;
+  ReplyError(res, *refused);
+  return httplib::Server::HandlerResponse::Handled;
+}
+
 void Configure(httplib::Server& s, const AgentOptions& o, const std::string& listener) {
   // One line per refused request: who asked for what, and why not.
   auto log = o.service.log;
@@ -152,16 +217,14 @@ void Configure(httplib::Server& s, const AgentOptions& o, const std::string& lis
     if (res.status < 400) return;
     std::string why;
     if (auto body = Json::parse(res.body, nullptr, false); body.is_object() && body.contains("error"))
-      why = body["error"].is_string() ? body["error"].get<std::string>() : "";
-    log(fmt::format("{} {} {} from {}: HTTP {}{}", listener, req.method, req.path,
+      why = body["error"].is_string() ? Printable(body["error"].get<std::string>()) : "";
+    log(fmt::format("{} {} {} from {}: HTTP {}{}", listener, req.method, Printable(req.path),
                     req.remote_addr.empty() ? "local" : req.remote_addr, res.status, why.empty() ? "" : ": " + why));
   });
   s.set_payload_max_length(o.max_body_bytes);
   s.set_read_timeout(o.io_timeout_s);
   s.set_write_timeout(o.io_timeout_s);
   s.set_keep_alive_timeout(std::min(o.io_timeout_s, 5));
-  int threads = o.threads > 0 ? o.threads : 1;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
 }
 
 Result<std::string> ReadToken(const std::string& path) {
@@ -198,8 +261,8 @@ Status ClaimSocketPath(const std::string& path) {
 struct AgentServer::Impl {
   AgentOptions options;
   std::unique_ptr<Service> service;
-  httplib::Server unix_server;
-  std::unique_ptr<httplib::Server> tcp_server;
+  std::unique_ptr<BoundedServer> unix_server;
+  std::unique_ptr<BoundedServer> tcp_server;
   std::string token;
   int tcp_port = 0;
   std::unique_ptr<PlaceholderWatcher> watcher;  // stopped before the service goes
@@ -212,7 +275,7 @@ AgentServer::~AgentServer() {
 int AgentServer::tcp_port() const { return impl_->tcp_port; }
 
 void AgentServer::Stop() {
-  impl_->unix_server.stop();
+  impl_->unix_server->stop();
   if (impl_->tcp_server) impl_->tcp_server->stop();
 }
 
@@ -241,29 +304,32 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
     GPUSNAP_RETURN_IF_ERROR(MakeDirs(dir, 0700));
   }
   GPUSNAP_RETURN_IF_ERROR(ClaimSocketPath(o.socket_path));
-  Configure(impl->unix_server, o, "unix");
-  AddRoutes(impl->unix_server, *impl->service, true);
-  impl->unix_server.set_address_family(AF_UNIX);
+  impl->unix_server = std::make_unique<BoundedServer>(BoundsFor(o, "unix"));
+  BoundedServer& u = *impl->unix_server;
+  Configure(u, o, "unix");
+  u.set_pre_routing_handler(CheckBeforeTheBody);
+  AddRoutes(u, *impl->service, true, o.max_body_bytes);
+  u.set_address_family(AF_UNIX);
   mode_t old_mask = ::umask(0177);
-  bool bound = impl->unix_server.bind_to_port(o.socket_path, 80);
+  bool bound = u.bind_to_port(o.socket_path, 80);
   ::umask(old_mask);
   if (!bound) return Status::Error(Code::kIoError, "cannot bind the unix socket `{}`", o.socket_path);
+  if (!u.RaiseBacklog()) return Status::Errno(errno, "listen on `{}`", o.socket_path);
   if (::chmod(o.socket_path.c_str(), 0600) != 0) return Status::Errno(errno, "chmod `{}`", o.socket_path);
 
   if (!o.listen.empty()) {
-    impl->tcp_server = std::make_unique<httplib::Server>();
-    httplib::Server& t = *impl->tcp_server;
+    impl->tcp_server = std::make_unique<BoundedServer>(BoundsFor(o, "tcp"));
+    BoundedServer& t = *impl->tcp_server;
     Configure(t, o, "tcp");
     const std::string* token = &impl->token;
     t.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
-      if (req.method == "GET" && req.path == "/healthz") return httplib::Server::HandlerResponse::Unhandled;
-      if (BearerMatches(req.get_header_value("Authorization"), *token))
-        return httplib::Server::HandlerResponse::Unhandled;
+      if ((req.method == "GET" && req.path == "/healthz") || BearerMatches(req.get_header_value("Authorization"), *token))
+        return CheckBeforeTheBody(req, res);
       res.set_header("WWW-Authenticate", "Bearer");
       Reply(res, 401, {{"error", "missing or wrong bearer token"}});
       return httplib::Server::HandlerResponse::Handled;
     });
-    AddRoutes(t, *impl->service, false);
+    AddRoutes(t, *impl->service, false, o.max_body_bytes);
     auto& [host, port] = host_port;
     if (port == 0) {
       impl->tcp_port = t.bind_to_any_port(host);
@@ -273,6 +339,7 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
         return Status::Error(Code::kIoError, "cannot bind `{}` (in use, or not an address of this host)", o.listen);
       impl->tcp_port = port;
     }
+    if (!t.RaiseBacklog()) return Status::Errno(errno, "listen on `{}`", o.listen);
   }
   if (o.kube.enabled) {
     GPUSNAP_ASSIGN_OR_RETURN(impl->watcher, PlaceholderWatcher::Start(o.kube, *impl->service, o.service.log));
@@ -286,7 +353,7 @@ Status AgentServer::Serve() {
   std::thread tcp;
   std::atomic<bool> tcp_ok{true};
   if (impl_->tcp_server) tcp = std::thread([this, &tcp_ok] { tcp_ok = impl_->tcp_server->listen_after_bind(); });
-  bool unix_ok = impl_->unix_server.listen_after_bind();
+  bool unix_ok = impl_->unix_server->listen_after_bind();
   if (impl_->tcp_server) impl_->tcp_server->stop();
   if (tcp.joinable()) tcp.join();
   if (impl_->watcher) impl_->watcher->Stop();

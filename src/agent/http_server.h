@@ -4,8 +4,13 @@
 //    "Authorization: Bearer <token>" (the token file's content), compared in
 //    constant time; 401 otherwise.
 //
-// Bodies larger than max_body_bytes get 413 and are not parsed. Every answer
-// is JSON ({"error": "..."} on refusal) but /metrics (Prometheus text).
+// Bodies larger than max_body_bytes get 413 and are not held: sized,
+// chunked or form-encoded alike, a body is read only for a POST, and only up
+// to the limit. A connection is bounded as agent/bounded_server.h says: a
+// request must arrive within io_timeout_s (408), a listener holds at most
+// max_connections, and TCP serves at most max_connections_per_peer from one
+// address at once (503). Every answer is JSON ({"error": "..."} on refusal)
+// but /metrics (Prometheus text); every refusal closes its connection.
 //
 // With kube.enabled, the agent also restores the placeholder pods of its node
 // (agent/placeholder_watcher.h) from Start() until Serve() returns.
@@ -29,8 +34,10 @@ struct AgentOptions {
   std::string listen;              // HOST:PORT, :PORT; empty: no TCP
   std::string token_file;          // REQUIRES with listen: a file only its owner may read
   size_t max_body_bytes = 64 << 10;
-  int io_timeout_s = 10;
-  int threads = 8;
+  int io_timeout_s = 10;                 // a request's head and body, and each read or write
+  int threads = 8;                       // worker threads per listener
+  size_t max_connections = 256;          // per listener, served or waiting; 0: no limit
+  size_t max_connections_per_peer = 4;   // TCP, served at once from one address; 0: no limit
   KubeOptions kube;                // the Kubernetes mode (agent/placeholder_watcher.h)
 };
 

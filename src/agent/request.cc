@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cctype>
 #include <limits>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "gpusnap/snapshot.h"
 #include "gpusnap/workload.h"
@@ -17,15 +20,69 @@ using Json = nlohmann::json;
 
 ApiError Bad(std::string message) { return ApiError{400, std::move(message)}; }
 
+// Where the parser is, as a dotted path of keys: one entry per open object
+// or array, holding the key that opened it (empty at the top and in arrays).
+// The first key met twice in one object is kept.
+class DuplicateKeys {
+ public:
+  bool Event(Json::parse_event_t event, const Json& parsed) {
+    using E = Json::parse_event_t;
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        frames_.push_back({std::exchange(pending_key_, ""), {}});
+        break;
+      case E::object_end:
+      case E::array_end:
+        if (!frames_.empty()) frames_.pop_back();
+        break;
+      case E::key: {
+        std::string key = parsed.get<std::string>();
+        if (!frames_.empty() && !frames_.back().keys.insert(key).second && first_.empty()) first_ = Path(key);
+        pending_key_ = std::move(key);
+        break;
+      }
+      case E::value:
+        pending_key_.clear();
+        break;
+    }
+    return true;  // keep everything: the refusal comes after the parse
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  struct Frame {
+    std::string key;  // the key this object or array is the value of
+    std::set<std::string> keys;
+  };
+  std::string Path(const std::string& key) const {
+    std::string out;
+    for (const auto& f : frames_)
+      if (!f.key.empty()) out += f.key + ".";
+    return out + key;
+  }
+  std::vector<Frame> frames_;
+  std::string pending_key_;
+  std::string first_;
+};
+
 // Parses a body that must be one JSON object.
 std::variant<Json, ApiError> ParseObject(std::string_view body) {
   if (body.empty()) return Bad("empty body: expected a JSON object");
+  // Checked first: the parser's own message would quote the bad bytes.
+  if (auto at = FirstInvalidUtf8(body))
+    return Bad(fmt::format("the body is not valid UTF-8 (byte {:#04x} at offset {})",
+                           static_cast<unsigned char>(body[*at]), *at));
+  DuplicateKeys duplicates;
   Json doc;
   try {
-    doc = Json::parse(body.begin(), body.end());
+    doc = Json::parse(body.begin(), body.end(), [&duplicates](int, Json::parse_event_t event, Json& parsed) {
+      return duplicates.Event(event, parsed);
+    });
   } catch (const Json::exception& e) {
     return Bad(std::string("malformed JSON: ") + e.what());
   }
+  if (!duplicates.first().empty()) return Bad(fmt::format("duplicate key `{}` in the body", duplicates.first()));
   if (!doc.is_object()) return Bad(std::string("expected a JSON object, got ") + doc.type_name());
   return doc;
 }
@@ -106,6 +163,83 @@ bool IsHex(std::string_view s) {
 }
 
 }  // namespace
+
+bool BodyBuffer::Append(const char* data, size_t size) {
+  if (too_large_ || size > max_bytes_ - text_.size()) {
+    too_large_ = true;
+    return false;
+  }
+  text_.append(data, size);
+  return true;
+}
+
+ApiError BodyTooLarge(size_t max_bytes) {
+  return ApiError{413, fmt::format("request body too large (over {} bytes, --max-body-bytes)", max_bytes)};
+}
+
+std::optional<ApiError> RefusedBeforeTheBody(std::string_view method, std::string_view path,
+                                             std::string_view content_type, bool has_body) {
+  if (method != "GET" && method != "HEAD" && method != "POST" && method != "DELETE")
+    return ApiError{405, fmt::format("method {} is not served: the API takes GET, POST and DELETE", method)};
+  if (method != "POST" && has_body) return Bad(fmt::format("{} {} takes no body", method, path));
+  if (content_type.substr(0, 10) == "multipart/")
+    return ApiError{415, fmt::format("Content-Type `{}`: bodies are JSON", content_type)};
+  return std::nullopt;
+}
+
+std::optional<size_t> FirstInvalidUtf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    unsigned char lead = byte(i);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    // The sequence's length and the range its second byte may take (RFC
+    // 3629 §4): the narrow ranges are what exclude overlong forms, the
+    // surrogates and code points past U+10FFFF.
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;
+    if (lead >= 0xc2 && lead <= 0xdf) {
+      length = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      length = 3;
+      if (lead == 0xe0) low = 0xa0;
+      if (lead == 0xed) high = 0x9f;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      length = 4;
+      if (lead == 0xf0) low = 0x90;
+      if (lead == 0xf4) high = 0x8f;
+    } else {
+      return i;
+    }
+    if (text.size() - i < length) return i;
+    if (byte(i + 1) < low || byte(i + 1) > high) return i;
+    for (size_t k = 2; k < length; ++k)
+      if (byte(i + k) < 0x80 || byte(i + k) > 0xbf) return i;
+    i += length;
+  }
+  return std::nullopt;
+}
+
+std::string Printable(std::string_view text) {
+  std::string out;
+  while (!text.empty()) {
+    size_t valid = FirstInvalidUtf8(text).value_or(text.size());
+    for (char c : text.substr(0, valid)) {
+      auto byte = static_cast<unsigned char>(c);
+      if (byte < 0x20 || byte == 0x7f)
+        out += fmt::format("\\x{:02x}", byte);
+      else
+        out += c;
+    }
+    if (valid == text.size()) break;
+    out += fmt::format("\\x{:02x}", static_cast<unsigned char>(text[valid]));
+    text.remove_prefix(valid + 1);
+  }
+  return out;
+}
 
 int HttpStatusFor(Code code) {
   switch (code) {

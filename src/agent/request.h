@@ -49,7 +49,45 @@ struct RestoreRequest {
   std::string name;             // the restored workload's name; empty: the source's
 };
 
-// Bodies are JSON objects; these are the only ways they are read.
+// A request body as it arrives, kept up to `max_bytes` and no further: what
+// the HTTP layer feeds while it reads, so that a body past the limit (sized
+// or chunked) is refused without being held.
+class BodyBuffer {
+ public:
+  explicit BodyBuffer(size_t max_bytes) : max_bytes_(max_bytes) {}
+  // False once the body would pass the limit (then and ever after); what was
+  // over it is dropped.
+  bool Append(const char* data, size_t size);
+  const std::string& text() const { return text_; }
+  bool too_large() const { return too_large_; }
+
+ private:
+  size_t max_bytes_;
+  std::string text_;
+  bool too_large_ = false;
+};
+
+// 413, naming the limit.
+ApiError BodyTooLarge(size_t max_bytes);
+
+// What is refused from a request's line and headers alone, before any of its
+// body is read: a method the API has no use for (405), a body on a GET,
+// HEAD or DELETE (400), a multipart body (415; bodies are JSON). A body is
+// only ever read for a POST, and then within the limit.
+std::optional<ApiError> RefusedBeforeTheBody(std::string_view method, std::string_view path,
+                                             std::string_view content_type, bool has_body);
+
+// The offset of the first byte of `text` that does not belong to a
+// well-formed UTF-8 sequence (RFC 3629: no overlong forms, no surrogates,
+// nothing past U+10FFFF); nullopt when all of it is UTF-8.
+std::optional<size_t> FirstInvalidUtf8(std::string_view text);
+
+// `text` fit for one line of the agent's log: bytes that are not UTF-8, and
+// control characters (a path's %0A), written as \xNN.
+std::string Printable(std::string_view text);
+
+// Bodies are JSON objects; these are the only ways they are read. A body
+// that is not UTF-8, or has one key twice in an object, is refused (400).
 std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_view body);
 std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body);
 

@@ -141,6 +141,98 @@ TEST(AgentRestoreRequest, Refusals) {
             std::string::npos);
 }
 
+TEST(AgentRequestJson, ADuplicateKeyIsRefusedNamingIt) {
+  // nlohmann keeps the last of two equal keys: {"pid": <a tree>, "pid": 1}
+  // would act on pid 1. A body that says two things means neither.
+  auto e = CheckpointError(R"({"pid": 4711, "leaveRunning": true, "pid": 1})");
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.message, "duplicate key `pid` in the body");
+  e = CheckpointError(R"({"pod": {"namespace": "a", "name": "b", "container": "c", "name": "d"}})");
+  EXPECT_EQ(e.message, "duplicate key `pod.name` in the body");
+  e = RestoreError(R"({"snapshot": "s", "gpuMap": {"0": "1", "1": "2", "0": "3"}})");
+  EXPECT_EQ(e.message, "duplicate key `gpuMap.0` in the body");
+  e = RestoreError(R"({"snapshot": "s", "target": {"container": "x"}, "target": "new"})");
+  EXPECT_EQ(e.message, "duplicate key `target` in the body");
+  // The same key in sibling objects is no duplicate.
+  auto r = ParseRestoreRequest(R"({"snapshot": "s", "gpuMap": {"0": "1", "1": "0"}})");
+  EXPECT_TRUE(std::holds_alternative<RestoreRequest>(r));
+}
+
+TEST(AgentRequestJson, BytesThatAreNotUtf8AreRefused) {
+  for (std::string_view body : {std::string_view("{\"pid\": 5, \"snapshotId\": \"caf\xe9\"}"),
+                                std::string_view("{\"pid\": 5, \"\xc3\": 1}"),
+                                std::string_view("{\"pid\": 5, \"snapshotId\": \"\xed\xa0\x80\"}"),
+                                std::string_view("{\"pid\": 5}\xff")}) {
+    auto e = CheckpointError(body);
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_NE(e.message.find("not valid UTF-8"), std::string::npos) << e.message;
+    // The refusal itself is text a JSON answer can carry.
+    EXPECT_FALSE(FirstInvalidUtf8(e.message).has_value()) << e.message;
+  }
+  EXPECT_EQ(CheckpointError("{\"pid\": 5, \"snapshotId\": \"caf\xe9\"}").message,
+            "the body is not valid UTF-8 (byte 0xe9 at offset 29)");
+}
+
+TEST(AgentRequestJson, Utf8Validation) {
+  EXPECT_EQ(FirstInvalidUtf8(""), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("plain ascii"), std::nullopt);
+  EXPECT_EQ(FirstInvalidUtf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), std::nullopt);  // é € 😀
+  EXPECT_EQ(FirstInvalidUtf8("\xef\xbb\xbf{}"), std::nullopt);                              // a BOM is UTF-8
+  EXPECT_EQ(FirstInvalidUtf8("ab\xff"), 2u);
+  EXPECT_EQ(FirstInvalidUtf8("a\xc3"), 1u);           // cut short
+  EXPECT_EQ(FirstInvalidUtf8("a\xc3("), 1u);          // no continuation byte
+  EXPECT_EQ(FirstInvalidUtf8("\xc0\xaf"), 0u);        // overlong '/'
+  EXPECT_EQ(FirstInvalidUtf8("\xe0\x80\xaf"), 0u);    // overlong '/'
+  EXPECT_EQ(FirstInvalidUtf8("\xed\xa0\x80"), 0u);    // a UTF-16 surrogate
+  EXPECT_EQ(FirstInvalidUtf8("\xf4\x90\x80\x80"), 0u);  // past U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8("\x80"), 0u);            // a lone continuation byte
+}
+
+TEST(AgentRequestJson, PrintableForALogLine) {
+  EXPECT_EQ(Printable("/v1/snapshots/s-1"), "/v1/snapshots/s-1");
+  EXPECT_EQ(Printable("caf\xc3\xa9"), "caf\xc3\xa9");  // UTF-8 stays
+  EXPECT_EQ(Printable("caf\xe9"), "caf\\xe9");
+  EXPECT_EQ(Printable("a\nb\r\x7f"), "a\\x0ab\\x0d\\x7f");
+  EXPECT_EQ(Printable("\xff\xfe"), "\\xff\\xfe");
+  EXPECT_FALSE(FirstInvalidUtf8(Printable("\xc3(\xed\xa0\x80")).has_value());
+}
+
+TEST(AgentRequestBody, HoldsUpToTheLimitAndNoMore) {
+  BodyBuffer body(8);
+  EXPECT_TRUE(body.Append("1234", 4));
+  EXPECT_TRUE(body.Append("5678", 4));
+  EXPECT_EQ(body.text(), "12345678");
+  EXPECT_FALSE(body.too_large());
+  EXPECT_FALSE(body.Append("9", 1));
+  EXPECT_TRUE(body.too_large());
+  EXPECT_EQ(body.text(), "12345678");  // nothing past the limit was kept
+  EXPECT_FALSE(body.Append("", 0));    // and it stays refused
+  EXPECT_EQ(BodyTooLarge(8).http_status, 413);
+  EXPECT_EQ(BodyTooLarge(8).message, "request body too large (over 8 bytes, --max-body-bytes)");
+}
+
+TEST(AgentRequestHead, WhatIsRefusedBeforeTheBody) {
+  EXPECT_EQ(RefusedBeforeTheBody("GET", "/v1/jobs", "", false), std::nullopt);
+  EXPECT_EQ(RefusedBeforeTheBody("POST", "/v1/checkpoints", "application/json", true), std::nullopt);
+  // `curl -d` says form-encoded; the body is JSON all the same.
+  EXPECT_EQ(RefusedBeforeTheBody("POST", "/v1/checkpoints", "application/x-www-form-urlencoded", true), std::nullopt);
+  EXPECT_EQ(RefusedBeforeTheBody("DELETE", "/v1/snapshots/s", "", false), std::nullopt);
+  auto e = RefusedBeforeTheBody("PUT", "/v1/snapshots/s", "", true);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->http_status, 405);
+  EXPECT_EQ(e->message, "method PUT is not served: the API takes GET, POST and DELETE");
+  for (const char* method : {"PATCH", "OPTIONS", "PRI", "CONNECT", "TRACE"})
+    EXPECT_EQ(RefusedBeforeTheBody(method, "/", "", false).value_or(ApiError{}).http_status, 405) << method;
+  e = RefusedBeforeTheBody("DELETE", "/v1/snapshots/s", "", true);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->http_status, 400);
+  EXPECT_EQ(e->message, "DELETE /v1/snapshots/s takes no body");
+  EXPECT_EQ(RefusedBeforeTheBody("GET", "/healthz", "", true).value_or(ApiError{}).http_status, 400);
+  e = RefusedBeforeTheBody("POST", "/v1/restores", "multipart/form-data; boundary=x", true);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->http_status, 415);
+}
+
 TEST(AgentJobId, Shape) {
   EXPECT_TRUE(IsValidJobId("job-0123456789abcdef"));
   EXPECT_FALSE(IsValidJobId("job-0123456789abcde"));

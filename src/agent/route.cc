@@ -52,8 +52,16 @@ Result<Route> ChooseRoute(const RouteInputs& in, const AgentProbe& probe) {
                              "the agent's socket `{}` is not accessible ({}): run as root to use the agent, or pass "
                              "--no-agent to work in-process",
                              in.socket, probe.detail);
-      case ProbeState::kStale:
+      case ProbeState::kBusy:
+        return Status::Error(Code::kTimeout,
+                             "the agent on `{}` is busy ({}): try again, or pass --no-agent to work in-process",
+                             in.socket, probe.detail);
       case ProbeState::kNoAnswer:
+        return Status::Error(Code::kExternal,
+                             "something listens on the agent's socket `{}` but gives no agent's answer ({}): pass "
+                             "--no-agent to work in-process",
+                             in.socket, probe.detail);
+      case ProbeState::kStale:
         return InProcess("", fmt::format("no agent answers on `{}` ({}); working in-process", in.socket,
                                          probe.detail));
       default:

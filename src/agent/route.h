@@ -8,13 +8,19 @@
 //  2. `--agent SOCKET`: through that agent, or refused (kNotFound when it does
 //     not answer; kInvalidArgument for flags only the in-process path honours,
 //     and for a --store or $GPUSNAP_STORE that is not the agent's store).
-//  3. Otherwise the socket ($GPUSNAP_AGENT_SOCKET, else kDefaultAgentSocket):
+//  3. Otherwise the socket ($GPUSNAP_AGENT_SOCKET, else kDefaultAgentSocket).
+//     In-process only where no agent exists: where no process can be
+//     listening on the path. Anything else may be an agent, and a command
+//     that went around it would skip its one-job-per-container rule.
 //     - absent: in-process, without a word;
-//     - stale (a file nothing listens on) or no agent's answer: in-process,
+//     - stale (a file that is no socket, or a socket nothing listens on:
+//       connect() says ECONNREFUSED, as for a killed agent's): in-process,
 //       with a note;
 //     - not accessible (permission denied): refused (kFailedPrecondition),
-//       pointing at --no-agent; an agent is installed, and a command that
-//       went around it would skip its one-job-per-container rule;
+//       pointing at --no-agent;
+//     - busy (the connection not taken, or no answer, within the probe's
+//       wait: a full backlog, every worker taken): refused (kTimeout);
+//     - something that answers, but not as an agent: refused (kExternal);
 //     - an agent answered: through it, unless --store or $GPUSNAP_STORE names
 //       another store (then in-process on that store, with a note: a named
 //       store is never swapped for another) or a flag only the in-process
@@ -40,8 +46,9 @@ enum class ProbeState {
   kNotProbed,  // nobody looked (--no-agent)
   kAbsent,     // no file at the path
   kDenied,     // the path or the socket refused us (EACCES, EPERM)
-  kStale,      // a file, but not a socket, or nothing listens on it
-  kNoAnswer,   // connected, but no agent's answer to GET /healthz
+  kStale,      // a file, but not a socket, or nothing listens on it: no agent exists
+  kBusy,       // something listens, but took or answered no connection within the wait
+  kNoAnswer,   // connected, but what answered GET /healthz is no agent's answer
   kAnswered,   // an agent answered GET /healthz
 };
 

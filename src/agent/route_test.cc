@@ -58,9 +58,22 @@ TEST(AgentRoute, StaleSocketIsInProcessWithOneNote) {
   Route r = Ok(Auto(), Probe(ProbeState::kStale, "Connection refused"));
   EXPECT_FALSE(r.through_agent);
   EXPECT_EQ(r.note, "no agent answers on `/run/gpusnap-agent/agent.sock` (Connection refused); working in-process");
-  r = Ok(Auto(), Probe(ProbeState::kNoAnswer, "GET /healthz: Read timeout"));
-  EXPECT_FALSE(r.through_agent);
-  EXPECT_NE(r.note.find("Read timeout"), std::string::npos);
+}
+
+TEST(AgentRoute, ABusyAgentIsNoMissingAgent) {
+  // Working around a busy agent would skip its one job per container.
+  Status st = Refused(Auto(), Probe(ProbeState::kBusy, "no answer to GET /healthz within 10 s"));
+  EXPECT_EQ(st.code(), Code::kTimeout);
+  EXPECT_EQ(st.message(), "the agent on `/run/gpusnap-agent/agent.sock` is busy (no answer to GET /healthz within "
+                          "10 s): try again, or pass --no-agent to work in-process");
+  st = Refused(Auto(), Probe(ProbeState::kNoAnswer, "GET /healthz answered HTTP 404"));
+  EXPECT_EQ(st.code(), Code::kExternal);
+  EXPECT_NE(st.message().find("HTTP 404"), std::string::npos);
+  EXPECT_NE(st.message().find("--no-agent"), std::string::npos);
+  // Named with --no-agent, nobody looked: in-process.
+  RouteInputs in = Auto();
+  in.no_agent = true;
+  EXPECT_FALSE(Ok(in, Probe(ProbeState::kNotProbed)).through_agent);
 }
 
 TEST(AgentRoute, NoAgentFlagIsInProcessWhateverTheSocket) {
@@ -137,7 +150,8 @@ TEST(AgentRoute, InProcessOnlyFlagsRunInProcessOnTheAgentsStore) {
 }
 
 TEST(AgentRoute, AskedForAnAgentThatDoesNotAnswer) {
-  for (ProbeState s : {ProbeState::kAbsent, ProbeState::kStale, ProbeState::kNoAnswer, ProbeState::kDenied}) {
+  for (ProbeState s : {ProbeState::kAbsent, ProbeState::kStale, ProbeState::kBusy, ProbeState::kNoAnswer,
+                       ProbeState::kDenied}) {
     Status st = Refused(Asked(), Probe(s, "why"));
     EXPECT_EQ(st.code(), Code::kNotFound);
     EXPECT_EQ(st.message(), "cannot reach the agent at `/run/gpusnap-agent/agent.sock`: why");

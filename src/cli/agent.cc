@@ -24,6 +24,16 @@ void AddAgent(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   sub->add_option("--max-body-bytes", opts->max_body_bytes, "Larger requests get 413")->capture_default_str();
   sub->add_option("--threads", opts->threads, "HTTP worker threads per listener")->capture_default_str();
+  sub->add_option("--io-timeout", opts->io_timeout_s,
+                  "Seconds a request's head and body may take to arrive (then 408), and one read or write")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  sub->add_option("--max-connections", opts->max_connections,
+                  "Connections a listener holds, served or waiting (past it: 503); 0: no limit")
+      ->capture_default_str();
+  sub->add_option("--max-connections-per-peer", opts->max_connections_per_peer,
+                  "TCP connections served at once from one address (past it: 503); 0: no limit")
+      ->capture_default_str();
   sub->add_flag("--kube", opts->kube.enabled,
                 "Restore the placeholder pods of this node from the Kubernetes API server (docs/KUBERNETES.md)");
   sub->add_option("--node-name", opts->kube.node_name, "This node's name, for --kube (default: $NODE_NAME)");

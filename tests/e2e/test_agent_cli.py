@@ -7,10 +7,13 @@ import fcntl
 import json
 import os
 import pty
+import re
 import select
+import socket
 import struct
 import subprocess
 import termios
+import threading
 import time
 import tty
 import unittest
@@ -20,9 +23,11 @@ from harness import GPUSNAP
 
 
 class AgentCliCase(base.AgentCase):
+    agent_args = ()
+
     def setUp(self):
         super().setUp()
-        self.agent = self.start_agent()
+        self.agent = self.start_agent(*self.agent_args)
         self.env["GPUSNAP_AGENT_SOCKET"] = self.agent.socket
         # Without $GPUSNAP_STORE the CLI names no store of its own; through the
         # agent it then acts on the agent's (self.store), in-process on the
@@ -87,6 +92,82 @@ class ThroughTheAgent(AgentCliCase):
         p = self.gs("inspect", "listed-1", env=self.bare_env, check=False)
         self.assertEqual(p.returncode, 1)
         self.assertIn("the agent refused (HTTP 404)", p.stderr)
+
+
+    def test_sixty_commands_at_once_are_all_answered_by_the_agent(self):
+        # A busy agent is no missing agent: every command is answered from the
+        # agent's store (the default store, where a fallback would look, holds
+        # no "busy-1"), none falls back, none fails.
+        self.run_counter("busy")
+        self.gs("checkpoint", "busy", "--id", "busy-1", "--leave-running")
+        commands = [["--json", "ls"], ["inspect", "busy-1"], ["ls"]]
+        procs = [subprocess.Popen([GPUSNAP, *commands[i % len(commands)]], env=self.bare_env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(60)]
+        for i, proc in enumerate(procs):
+            out, err = proc.communicate(timeout=120)
+            with self.subTest(command=commands[i % len(commands)], i=i):
+                self.assertEqual((proc.returncode, err), (0, ""), out)
+                if i % len(commands) == 0:
+                    self.assertEqual([s["id"] for s in json.loads(out)], ["busy-1"])
+                elif i % len(commands) == 1:
+                    self.assertEqual(json.loads(out)["id"], "busy-1")
+                else:
+                    self.assertIn("busy-1", out)
+        self.assertEqual([j["snapshot"] for j in self.jobs()], ["busy-1"])
+
+
+class BusyAgent(AgentCliCase):
+    # One connection at a time, each allowed 12 s to send its request: a
+    # client that holds it makes the agent busy for everyone else.
+    agent_args = ("--threads", "1", "--max-connections", "1", "--io-timeout", "12")
+
+    def health_status(self):
+        """The status line of the agent's answer to GET /healthz; it may
+        answer (503) and close before the request is all written."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(30)
+            s.connect(self.agent.socket)
+            try:
+                s.sendall(b"GET /healthz HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+            except OSError:
+                pass
+            return s.recv(4096).split(b"\r\n")[0].decode()
+
+    def hold_the_agent(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(self.agent.socket)
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")  # and never the rest
+        deadline = time.time() + 30
+        while self.health_status() != "HTTP/1.1 503 Service Unavailable":  # it holds the only slot now
+            self.assertLess(time.time(), deadline, "the agent never got busy")
+            time.sleep(0.05)
+        return s
+
+    def test_a_busy_agent_is_waited_for_then_answers(self):
+        self.run_counter("wait")
+        self.gs("checkpoint", "wait", "--id", "wait-1", "--leave-running")
+        held = self.hold_the_agent()
+        threading.Timer(1.0, held.close).start()  # it lets go within the CLI's wait
+        p = self.gs("--json", "ls", env=self.bare_env)
+        self.assertEqual(self.notes(p.stderr), [])
+        self.assertEqual([s["id"] for s in json.loads(p.stdout)], ["wait-1"])
+
+    def test_an_agent_busy_past_the_wait_is_an_error_not_a_fallback(self):
+        held = self.hold_the_agent()
+        try:
+            p = self.gs("--json", "ls", env=self.bare_env, check=False)
+        finally:
+            held.close()
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertEqual(self.notes(p.stderr), [])
+        failure = json.loads(p.stdout)  # no listing of another store: the error
+        self.assertEqual(failure["code"], "Timeout")
+        # The last try read the agent's 503, or was closed on while it wrote.
+        self.assertRegex(failure["error"],
+                         rf"^the agent on `{re.escape(self.agent.socket)}` is busy \(no answer within 10 s; last: "
+                         r"(it answered HTTP 503: the agent's unix listener is full \(--max-connections 1\): retry "
+                         r"later|it closed the connection before the request was written)\): try again, or pass "
+                         r"--no-agent to work in-process$")
 
 
 class InProcess(AgentCliCase):
