@@ -86,10 +86,11 @@ struct RemoveResult {
   Status chunks_status;         // why it did not run or failed; the snapshot is removed regardless
 };
 
-// Removes a published snapshot, then collects the chunks nothing names any
-// more, without waiting for checkpoints that hold the chunk store (`gpusnap
-// gc` collects those later). Errors: the removal's only (kNotFound,
-// kInvalidArgument, kIoError).
+// Removes a published snapshot, once the checkpoint that wrote it has
+// finished (Store::Remove waits up to a minute), then collects the chunks
+// nothing names any more, without waiting for checkpoints that hold the chunk
+// store (`gpusnap gc` collects those later). Errors: the removal's only
+// (kNotFound, kInvalidArgument, kIoError, kTimeout).
 Result<RemoveResult> RemoveSnapshot(const std::string& store, const std::string& id);
 
 }  // namespace gpusnap

@@ -16,7 +16,12 @@ namespace gpusnap {
 // Major version: a reader refuses any other. Minor: fields added since, each
 // optional with a written default.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 4;  // 1.1: `gpu`; 1.2: `digest`; 1.3: `gpu.gpushare`; 1.4: `criu.listen_ports`
+inline constexpr int kSchemaMinor = 5;  // 1.1: `gpu`; 1.2: `digest`; 1.3: `gpu.gpushare`; 1.4: `criu.listen_ports`;
+                                        // 1.5: `meta_sha256`
+
+// The largest pid the kernel hands out (PID_MAX_LIMIT, the ceiling of
+// /proc/sys/kernel/pid_max): a recorded pid or tid outside 1..this is corrupt.
+inline constexpr int kPidMaxLimit = 4 * 1024 * 1024;
 
 struct SnapshotSource {
   std::string kind;                // "workload" (started by `gpusnap run`) or "pid"
@@ -77,9 +82,13 @@ struct SnapshotMeta {
   std::optional<SnapshotGpuState> gpu;
 };
 
+// From schema 1.5 on, the JSON carries `meta_sha256`, the SHA-256 of its own
+// canonical form without that member (docs/snapshot-format.md).
 std::string SnapshotMetaToJson(const SnapshotMeta& meta);
-// Parses and validates; an unknown major version, a missing required field or
-// a wrong type is kCorruption naming the field.
+// Parses and validates every field: kNotSupported for another major version;
+// kCorruption for a JSON syntax error (naming the byte), a `meta_sha256` that
+// does not match, a missing required field, a wrong type or a value out of
+// range (naming the field and quoting the value).
 Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view json);
 
 // A snapshot id: 1-64 chars of [A-Za-z0-9._-], not starting with '.'.

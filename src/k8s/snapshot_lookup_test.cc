@@ -23,12 +23,16 @@ class SnapshotLookup : public ::testing::Test {
     meta.id = id;
     meta.created = "2025-01-01T00:00:00Z";
     meta.source.kind = "pid";
+    meta.source.host_pid = 4711;
+    meta.source.ns_pid = 1;
+    meta.criu_version = "4.3";
     if (with_gpu_state) {
       meta.gpu.emplace();
+      meta.gpu->driver_version = "580.159.04";
       for (int i = 0; i < gpus; ++i) {
         SnapshotGpu g;
         g.index = i;
-        g.uuid = fmt::format("GPU-{}", i);
+        g.uuid = fmt::format("GPU-5afec0da-0000-0000-0000-{:012}", i);
         meta.gpu->gpus.push_back(g);
       }
     }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <thread>
 
+#include "store/snapshot_tree.h"
 #include "util/fd.h"
 #include "util/first_failure.h"
 
@@ -67,9 +68,16 @@ Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, c
     File& f = files[i];
     f.name = names[i];
     std::string path = root + "/" + names[i];
-    f.fd.Reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    // No link is followed, and nothing but a regular file is read: a FIFO
+    // put in place of an image must not block us (O_NONBLOCK), nor a link
+    // lead the digest to a file outside the snapshot.
+    f.fd.Reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (!f.fd.valid() && errno == ELOOP)
+      return Status::Error(Code::kCorruption, "`{}` is a symbolic link, not a regular file", path);
     struct stat st{};
     if (!f.fd.valid() || ::fstat(f.fd.get(), &st) != 0) return Status::Errno(errno, "opening `{}`", path);
+    if (!S_ISREG(st.st_mode))
+      return Status::Error(Code::kCorruption, "`{}` is {}, not a regular file", path, DescribeFileType(st.st_mode));
     f.size = static_cast<uint64_t>(st.st_size);
     size_t n = std::max<uint64_t>(1, (f.size + chunk_bytes - 1) / chunk_bytes);
     f.chunks.resize(n);

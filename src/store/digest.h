@@ -22,7 +22,9 @@ inline constexpr uint64_t kDigestChunkBytes = 64ull << 20;
 inline constexpr const char* kDigestAlgorithm = "sha256-64MiB-chunks";
 
 // Digests `names` (paths relative to `root`). With `sync`, each file is also
-// fsync'd. `threads` 0: one per core. Errors name the file.
+// fsync'd. `threads` 0: one per core. Errors name the file; one that is not a
+// regular file (a symbolic link, which is not followed, a FIFO...) is
+// kCorruption naming its type.
 Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, const std::vector<std::string>& names,
                                                       bool sync, unsigned threads = 0,
                                                       uint64_t chunk_bytes = kDigestChunkBytes);

@@ -1,6 +1,9 @@
 #include "store/digest.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "util/files.h"
@@ -57,6 +60,33 @@ TEST_F(DigestTest, MissingFileIsNamed) {
   auto d = DigestFiles(root_, {"abc", "nope"}, false);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("nope"), std::string::npos);
+}
+
+// Issue 13, defect 1: files are opened for digesting without following links.
+TEST_F(DigestTest, SymlinkIsRefusedNotFollowed) {
+  ASSERT_EQ(::symlink((root_ + "/abc").c_str(), (root_ + "/link").c_str()), 0);
+  auto d = DigestFiles(root_, {"link"}, false);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), Code::kCorruption);
+  EXPECT_NE(d.status().message().find("/link` is a symbolic link, not a regular file"), std::string::npos)
+      << d.status().message();
+}
+
+TEST_F(DigestTest, FifoIsRefusedWithoutBlocking) {
+  std::string fifo = root_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // In a child with a deadline: a reader that opened the FIFO would wait for a writer forever.
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::alarm(10);
+    auto d = DigestFiles(root_, {"fifo"}, false);
+    bool named = !d.ok() && d.status().message().find("/fifo` is a FIFO, not a regular file") != std::string::npos;
+    ::_exit(named ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status)) << "the digest blocked on the FIFO (status " << status << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "not refused as a FIFO";
 }
 
 }  // namespace

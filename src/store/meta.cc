@@ -1,10 +1,335 @@
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "gpusnap/snapshot.h"
+#include "store/layout.h"
+#include "store/meta_digest.h"
 
 namespace gpusnap {
 
 using nlohmann::json;
+
+namespace {
+
+bool IsLowerHex(std::string_view s, size_t n) {
+  if (s.size() != n) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
+bool IsDigits(std::string_view s, size_t min, size_t max) {
+  if (s.size() < min || s.size() > max) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+// Schema (MAJOR, MINOR) from "MAJOR.MINOR", digits only.
+bool ParseVersion(std::string_view text, int& major, int& minor) {
+  auto dot = text.find('.');
+  if (dot == std::string_view::npos) return false;
+  std::string_view a = text.substr(0, dot), b = text.substr(dot + 1);
+  if (!IsDigits(a, 1, 6) || !IsDigits(b, 1, 6)) return false;
+  major = std::stoi(std::string(a));
+  minor = std::stoi(std::string(b));
+  return true;
+}
+
+// "2026-11-29T23:30:00.000Z", or with an offset instead of Z (RFC 3339).
+bool IsRfc3339(std::string_view s) {
+  auto num = [&](size_t at, size_t n, int lo, int hi) {
+    if (s.size() < at + n || !IsDigits(s.substr(at, n), n, n)) return false;
+    int v = std::stoi(std::string(s.substr(at, n)));
+    return v >= lo && v <= hi;
+  };
+  if (!num(0, 4, 0, 9999) || s[4] != '-' || !num(5, 2, 1, 12) || s[7] != '-' || !num(8, 2, 1, 31) ||
+      (s[10] != 'T' && s[10] != 't') || !num(11, 2, 0, 23) || s[13] != ':' || !num(14, 2, 0, 59) || s[16] != ':' ||
+      !num(17, 2, 0, 60))
+    return false;
+  size_t i = 19;
+  if (i < s.size() && s[i] == '.') {
+    size_t start = ++i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    if (i == start) return false;
+  }
+  if (i < s.size() && (s[i] == 'Z' || s[i] == 'z')) return i + 1 == s.size();
+  return i + 6 == s.size() && (s[i] == '+' || s[i] == '-') && num(i + 1, 2, 0, 23) && s[i + 3] == ':' &&
+         num(i + 4, 2, 0, 59);
+}
+
+// "GPU-" + 8-4-4-4-12 hex digits, as cuda::FormatUuid writes it (any case).
+bool IsGpuUuid(std::string_view s) {
+  static constexpr std::string_view kShape = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
+  if (s.size() != kShape.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (kShape[i] != 'x') {
+      if (c != kShape[i]) return false;
+    } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A path inside the snapshot: relative, every component a plain name, and
+// none of the files the digests leave out.
+bool IsSafeFilePath(std::string_view path) {
+  if (path.empty() || path.front() == '/' || path.back() == '/') return false;
+  for (char c : path)
+    if (static_cast<unsigned char>(c) < 0x20) return false;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return path != SnapshotFiles::kMetaFile && !SnapshotFiles::IsCriuAccountingFile(path);
+}
+
+// What a number may be, for messages: "`pids[1]` is -1, not a pid (1..4194304)".
+struct Range {
+  int64_t lo;
+  uint64_t hi;
+  const char* what;
+};
+constexpr Range kPid{1, kPidMaxLimit, "a pid"};
+constexpr Range kPort{1, 65535, "a TCP port"};
+constexpr Range kBytes{0, std::numeric_limits<uint64_t>::max(), "a byte count"};
+constexpr Range kNonNegativeInt{0, std::numeric_limits<int>::max(), "a non-negative int"};
+
+std::string Quote(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Reads the fields of gpusnap.json, checking each one's type and range; keeps
+// the first problem, naming the field by its path ("source.host_pid") and
+// quoting the value.
+class Reader {
+ public:
+  bool ok() const { return failure_.empty(); }
+  const std::string& failure() const { return failure_; }
+  void Fail(std::string why) {
+    if (failure_.empty()) failure_ = std::move(why);
+  }
+
+  // obj[key], or nullptr when it is absent (a failure when `required`).
+  const json* Member(const json& obj, const std::string& name, const char* key, bool required) {
+    if (!ok()) return nullptr;
+    auto it = obj.find(key);
+    if (it != obj.end()) return &*it;
+    if (required) Fail(fmt::format("missing field `{}`", name));
+    return nullptr;
+  }
+  // The same, for a member that must be of `type`.
+  const json* Typed(const json& obj, const std::string& name, const char* key, bool required, json::value_t type,
+                    const char* type_name) {
+    const json* v = Member(obj, name, key, required);
+    if (v == nullptr) return nullptr;
+    if (!HasType(*v, type)) {
+      WrongType(name, *v, type_name);
+      return nullptr;
+    }
+    return v;
+  }
+
+  void String(const json& obj, const std::string& where, const char* key, std::string& out, bool required = true,
+              bool nonempty = false) {
+    std::string name = Join(where, key);
+    if (const json* v = Typed(obj, name, key, required, json::value_t::string, "a string")) {
+      out = v->get<std::string>();
+      if (nonempty && out.empty()) Fail(fmt::format("field `{}` is empty", name));
+    }
+  }
+  void Bool(const json& obj, const std::string& where, const char* key, bool& out) {
+    std::string name = Join(where, key);
+    if (const json* v = Typed(obj, name, key, false, json::value_t::boolean, "true or false")) out = v->get<bool>();
+  }
+  template <typename T>
+  void Integer(const json& obj, const std::string& where, const char* key, T& out, Range range, bool required = true) {
+    std::string name = Join(where, key);
+    if (const json* v = Member(obj, name, key, required)) IntegerValue(*v, name, out, range);
+  }
+  template <typename T>
+  void IntegerArray(const json& obj, const std::string& where, const char* key, std::vector<T>& out, Range range,
+                    bool required = true) {
+    std::string name = Join(where, key);
+    const json* v = Typed(obj, name, key, required, json::value_t::array, "an array");
+    if (v == nullptr) return;
+    out.clear();
+    for (size_t i = 0; i < v->size() && ok(); ++i) {
+      T item{};
+      IntegerValue((*v)[i], fmt::format("{}[{}]", name, i), item, range);
+      out.push_back(item);
+    }
+  }
+  void StringArray(const json& obj, const std::string& where, const char* key, std::vector<std::string>& out,
+                   bool required = true) {
+    std::string name = Join(where, key);
+    const json* v = Typed(obj, name, key, required, json::value_t::array, "an array");
+    if (v == nullptr) return;
+    out.clear();
+    for (size_t i = 0; i < v->size() && ok(); ++i) {
+      if (!(*v)[i].is_string()) WrongType(fmt::format("{}[{}]", name, i), (*v)[i], "a string");
+      else out.push_back((*v)[i].get<std::string>());
+    }
+  }
+  const json* Object(const json& obj, const std::string& where, const char* key, bool required = true) {
+    return Typed(obj, Join(where, key), key, required, json::value_t::object, "an object");
+  }
+
+  template <typename T>
+  void IntegerValue(const json& v, const std::string& name, T& out, Range range) {
+    if (!ok()) return;
+    if (!v.is_number_integer()) return WrongType(name, v, "an integer");
+    bool in_range;
+    if (v.is_number_unsigned()) {
+      uint64_t u = v.get<uint64_t>();
+      in_range = u <= range.hi && (range.lo <= 0 || u >= static_cast<uint64_t>(range.lo));
+    } else {
+      int64_t i = v.get<int64_t>();
+      in_range = i >= range.lo && (i < 0 || static_cast<uint64_t>(i) <= range.hi);
+    }
+    if (!in_range) {
+      if (range.hi == std::numeric_limits<uint64_t>::max())
+        return Fail(fmt::format("field `{}` is {}, not {} (>= {})", name, Quote(v), range.what, range.lo));
+      return Fail(fmt::format("field `{}` is {}, not {} ({}..{})", name, Quote(v), range.what, range.lo, range.hi));
+    }
+    out = v.get<T>();
+  }
+
+  static std::string Join(const std::string& where, const char* key) {
+    return where.empty() ? std::string(key) : where + "." + key;
+  }
+
+ private:
+  static bool HasType(const json& v, json::value_t type) {
+    return type == json::value_t::string    ? v.is_string()
+           : type == json::value_t::boolean ? v.is_boolean()
+           : type == json::value_t::array   ? v.is_array()
+           : type == json::value_t::object  ? v.is_object()
+                                            : false;
+  }
+  void WrongType(const std::string& name, const json& v, const char* expected) {
+    Fail(fmt::format("field `{}` is {} ({}), not {}", name, v.type_name(), Quote(v), expected));
+  }
+
+  std::string failure_;
+};
+
+// Fields added by a minor version are required in snapshots of that version
+// on; older ones get the documented default.
+bool Since(const SnapshotMeta& m, int minor) { return m.schema_minor >= minor; }
+
+void RequireSince(Reader& r, const SnapshotMeta& m, int minor, const json& obj, const char* key, const char* name) {
+  if (r.ok() && Since(m, minor) && !obj.contains(key))
+    r.Fail(fmt::format("missing field `{}` (required since schema {}.{})", name, kSchemaMajor, minor));
+}
+
+void ReadSource(Reader& r, const json& j, SnapshotMeta& m) {
+  const json* s = r.Object(j, "", "source");
+  if (s == nullptr) return;
+  r.String(*s, "source", "kind", m.source.kind);
+  if (r.ok() && m.source.kind != "workload" && m.source.kind != "pid")
+    r.Fail(fmt::format("field `source.kind` is \"{}\", not \"workload\" or \"pid\"", m.source.kind));
+  r.String(*s, "source", "name", m.source.name, /*required=*/false);
+  if (r.ok() && m.source.kind == "workload" && m.source.name.empty())
+    r.Fail("field `source.name` is missing or empty, but source.kind is \"workload\"");
+  r.Integer(*s, "source", "host_pid", m.source.host_pid, kPid);
+  r.Integer(*s, "source", "ns_pid", m.source.ns_pid, kPid);
+  r.StringArray(*s, "source", "cmdline", m.source.cmdline, false);
+  r.String(*s, "source", "log", m.source.log, false);
+}
+
+void ReadCriu(Reader& r, const json& j, SnapshotMeta& m) {
+  const json* c = r.Object(j, "", "criu");
+  if (c == nullptr) return;
+  r.String(*c, "criu", "version", m.criu_version, true, /*nonempty=*/true);
+  r.Bool(*c, "criu", "tcp_established", m.tcp_established);
+  r.Bool(*c, "criu", "shell_job", m.shell_job);  // written since 1.3, not always: default false
+  RequireSince(r, m, 4, *c, "listen_ports", "criu.listen_ports");
+  r.IntegerArray(*c, "criu", "listen_ports", m.listen_ports, kPort, false);
+}
+
+void ReadFiles(Reader& r, const json& j, SnapshotMeta& m) {
+  const json* files = r.Object(j, "", "files");
+  if (files == nullptr) return;
+  for (const auto& [path, d] : files->items()) {
+    if (!r.ok()) return;
+    std::string name = fmt::format("files[\"{}\"]", path);
+    if (!IsSafeFilePath(path)) return r.Fail(fmt::format("files has an unsafe path `{}`", path));
+    if (!d.is_object()) return r.Fail(fmt::format("field `{}` is {}, not an object", name, d.type_name()));
+    FileDigest fd;
+    r.Integer(d, name, "size", fd.size, kBytes);
+    r.String(d, name, "sha256", fd.sha256);
+    if (r.ok() && !IsLowerHex(fd.sha256, 64))
+      r.Fail(fmt::format("field `{}.sha256` is \"{}\", not 64 lower-case hex digits", name, fd.sha256));
+    m.files[path] = fd;
+  }
+}
+
+void ReadTimings(Reader& r, const json& j, SnapshotMeta& m) {
+  const json* t = r.Object(j, "", "timings_s", false);
+  if (t == nullptr) return;
+  for (const auto& [phase, v] : t->items()) {
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0)
+      return r.Fail(fmt::format("field `timings_s.{}` is {}, not a number of seconds (>= 0)", phase, Quote(v)));
+    m.timings_s[phase] = v.get<double>();
+  }
+}
+
+void ReadGpu(Reader& r, const json& j, SnapshotMeta& m) {
+  const json* g = r.Object(j, "", "gpu", false);
+  if (g == nullptr) return;
+  SnapshotGpuState gs;
+  r.String(*g, "gpu", "driver_version", gs.driver_version, true, /*nonempty=*/true);
+  r.Integer(*g, "gpu", "cuda_version", gs.cuda_version, kNonNegativeInt);
+  r.IntegerArray(*g, "gpu", "ns_pids", gs.ns_pids, kPid);
+  r.IntegerArray(*g, "gpu", "restore_tids", gs.restore_tids, kPid);
+  if (r.ok() && gs.restore_tids.size() != gs.ns_pids.size())
+    r.Fail(fmt::format("gpu has {} restore threads for {} GPU processes", gs.restore_tids.size(), gs.ns_pids.size()));
+  if (const json* share = r.Object(*g, "gpu", "gpushare", false)) {
+    gs.gpushare = true;
+    r.String(*share, "gpu.gpushare", "chunk_store", gs.chunk_store, true, /*nonempty=*/true);
+    r.StringArray(*share, "gpu.gpushare", "control_sockets", gs.control_sockets);
+    r.String(*share, "gpu.gpushare", "shim", gs.shim, false);
+    if (r.ok() && gs.control_sockets.size() != gs.ns_pids.size())
+      r.Fail(fmt::format("gpu.gpushare has {} control sockets for {} GPU processes", gs.control_sockets.size(),
+                         gs.ns_pids.size()));
+  }
+  if (const json* gpus = r.Typed(*g, "gpu.gpus", "gpus", true, json::value_t::array, "an array")) {
+    for (size_t i = 0; i < gpus->size() && r.ok(); ++i) {
+      const json& item = (*gpus)[i];
+      std::string name = fmt::format("gpu.gpus[{}]", i);
+      if (!item.is_object()) return r.Fail(fmt::format("field `{}` is {}, not an object", name, item.type_name()));
+      SnapshotGpu sg;
+      std::string cc;
+      r.Integer(item, name, "index", sg.index, kNonNegativeInt);
+      r.String(item, name, "uuid", sg.uuid);
+      if (r.ok() && !IsGpuUuid(sg.uuid))
+        r.Fail(fmt::format("field `{}.uuid` is \"{}\", not a GPU UUID (GPU-8-4-4-4-12 hex digits)", name, sg.uuid));
+      r.String(item, name, "name", sg.name, false);
+      r.String(item, name, "compute_capability", cc);
+      r.Integer(item, name, "total_bytes", sg.total_bytes, kBytes, false);
+      int major = 0, minor = 0;
+      if (r.ok() && !ParseVersion(cc, major, minor))
+        r.Fail(fmt::format("field `{}.compute_capability` is \"{}\", not MAJOR.MINOR", name, cc));
+      sg.cc_major = major;
+      sg.cc_minor = minor;
+      gs.gpus.push_back(sg);
+    }
+  }
+  m.gpu = gs;
+}
+
+Status Corrupt(const Reader& r) { return Status::Error(Code::kCorruption, "metadata: {}", r.failure()); }
+
+}  // namespace
 
 bool IsValidSnapshotId(std::string_view id) {
   if (id.empty() || id.size() > 64 || id[0] == '.') return false;
@@ -61,125 +386,76 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
                               {"control_sockets", m.gpu->control_sockets},
                               {"shim", m.gpu->shim}};
   }
+  // Metadata of an older schema (an old snapshot shown by `inspect`, or sent
+  // by the agent) is passed on as that schema wrote it, without the digest.
+  if (m.schema_major > 1 || m.schema_minor >= 5) {
+    if (auto digest = MetaDigest(j.dump()); digest.ok()) j[kMetaDigestField] = *digest;
+  }
   return j.dump(2) + "\n";
 }
 
-namespace {
-
-// Reads j[key] as T, or records why not. Keeps parsing readable below.
-class Reader {
- public:
-  template <typename T>
-  void Get(const json& j, const char* key, T& out, bool required = true) {
-    if (!failure_.empty()) return;
-    auto it = j.find(key);
-    if (it == j.end()) {
-      if (required) failure_ = fmt::format("missing field `{}`", key);
-      return;
-    }
-    try {
-      out = it->get<T>();
-    } catch (const json::exception&) {
-      failure_ = fmt::format("field `{}` has the wrong type ({})", key, it->type_name());
-    }
-  }
-  const json* Object(const json& j, const char* key) {
-    if (!failure_.empty()) return nullptr;
-    auto it = j.find(key);
-    if (it == j.end() || !it->is_object()) {
-      failure_ = fmt::format("missing object `{}`", key);
-      return nullptr;
-    }
-    return &*it;
-  }
-  std::string failure_;
-};
-
-}  // namespace
-
 Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return Status::Error(Code::kCorruption, "metadata is not a JSON object");
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // nlohmann's text names line and column and what it expected; the byte
+    // offset is what a tool (dd, cmp) finds the spot by.
+    std::string why = e.what();
+    if (auto pos = why.find("] "); pos != std::string::npos) why = why.substr(pos + 2);
+    return Status::Error(Code::kCorruption, "metadata has a JSON syntax error at byte {}: {}", e.byte, why);
+  }
+  if (!j.is_object()) return Status::Error(Code::kCorruption, "metadata is {}, not a JSON object", j.type_name());
   SnapshotMeta m;
   Reader r;
   std::string version;
-  r.Get(j, "schema_version", version);
-  if (!r.failure_.empty()) return Status::Error(Code::kCorruption, "metadata: {}", r.failure_);
-  if (std::sscanf(version.c_str(), "%d.%d", &m.schema_major, &m.schema_minor) != 2)
+  r.String(j, "", "schema_version", version);
+  if (!r.ok()) return Corrupt(r);
+  if (!ParseVersion(version, m.schema_major, m.schema_minor))
     return Status::Error(Code::kCorruption, "metadata: schema_version `{}` is not MAJOR.MINOR", version);
   if (m.schema_major != kSchemaMajor)
     return Status::Error(Code::kNotSupported, "snapshot schema version {} is not supported (this gpusnap reads {}.x)",
                          version, kSchemaMajor);
-  r.Get(j, "id", m.id);
-  r.Get(j, "created", m.created);
-  r.Get(j, "hostname", m.hostname, false);
-  r.Get(j, "kernel", m.kernel, false);
-  if (const json* s = r.Object(j, "source")) {
-    r.Get(*s, "kind", m.source.kind);
-    r.Get(*s, "name", m.source.name, false);
-    r.Get(*s, "host_pid", m.source.host_pid);
-    r.Get(*s, "ns_pid", m.source.ns_pid);
-    r.Get(*s, "cmdline", m.source.cmdline, false);
-    r.Get(*s, "log", m.source.log, false);
+  // Computed whatever the version, for it also refuses a key given twice
+  // (which a plain parse would take the last of).
+  GPUSNAP_ASSIGN_OR_RETURN(std::string actual, MetaDigest(text));
+  if (const json* recorded = r.Member(j, kMetaDigestField, kMetaDigestField, false)) {
+    if (!recorded->is_string() || !IsLowerHex(recorded->get_ref<const std::string&>(), 64))
+      return Status::Error(Code::kCorruption, "metadata: field `{}` is {}, not 64 lower-case hex digits",
+                           kMetaDigestField, Quote(*recorded));
+    // Checked whenever it is there, whatever schema_version says: a flipped
+    // bit there must not turn the check off.
+    if (actual != recorded->get<std::string>())
+      return Status::Error(Code::kCorruption,
+                           "metadata does not match its digest (`{}` is {}, its content hashes to {}): gpusnap.json "
+                           "was changed or corrupted",
+                           kMetaDigestField, recorded->get<std::string>(), actual);
+  } else if (Since(m, 5)) {
+    return Status::Error(Code::kCorruption, "metadata: missing field `{}` (required since schema 1.5)",
+                         kMetaDigestField);
   }
-  if (const json* c = r.Object(j, "criu")) {
-    r.Get(*c, "version", m.criu_version);
-    r.Get(*c, "tcp_established", m.tcp_established, false);
-    r.Get(*c, "shell_job", m.shell_job, false);
-    r.Get(*c, "listen_ports", m.listen_ports, false);  // absent before 1.4
-  }
-  r.Get(j, "pids", m.pids, false);
-  r.Get(j, "total_bytes", m.total_bytes, false);
-  r.Get(j, "digest", m.digest, false);  // absent before 1.2: whole-file SHA-256
-  r.Get(j, "timings_s", m.timings_s, false);
-  if (const json* files = r.Object(j, "files")) {
-    for (const auto& [path, d] : files->items()) {
-      FileDigest fd;
-      if (!d.is_object()) {
-        r.failure_ = fmt::format("files[`{}`] is not an object", path);
-        break;
-      }
-      r.Get(d, "size", fd.size);
-      r.Get(d, "sha256", fd.sha256);
-      if (path.empty() || path[0] == '/' || path.find("..") != std::string::npos)
-        r.failure_ = fmt::format("files has an unsafe path `{}`", path);
-      if (!r.failure_.empty()) break;
-      m.files[path] = fd;
-    }
-  }
-  if (auto g = j.find("gpu"); g != j.end() && r.failure_.empty()) {
-    SnapshotGpuState gs;
-    r.Get(*g, "driver_version", gs.driver_version);
-    r.Get(*g, "cuda_version", gs.cuda_version);
-    r.Get(*g, "ns_pids", gs.ns_pids);
-    r.Get(*g, "restore_tids", gs.restore_tids);
-    if (auto share = g->find("gpushare"); share != g->end()) {
-      gs.gpushare = true;
-      r.Get(*share, "chunk_store", gs.chunk_store);
-      r.Get(*share, "control_sockets", gs.control_sockets);
-      r.Get(*share, "shim", gs.shim, false);
-      if (r.failure_.empty() && gs.control_sockets.size() != gs.ns_pids.size())
-        r.failure_ = fmt::format("gpu.gpushare has {} control sockets for {} GPU processes",
-                                 gs.control_sockets.size(), gs.ns_pids.size());
-    }
-    json gpus;
-    r.Get(*g, "gpus", gpus);
-    for (const auto& item : gpus.is_array() ? gpus : json::array()) {
-      SnapshotGpu sg;
-      std::string cc;
-      r.Get(item, "index", sg.index);
-      r.Get(item, "uuid", sg.uuid);
-      r.Get(item, "name", sg.name, false);
-      r.Get(item, "compute_capability", cc);
-      r.Get(item, "total_bytes", sg.total_bytes, false);
-      if (r.failure_.empty() && std::sscanf(cc.c_str(), "%d.%d", &sg.cc_major, &sg.cc_minor) != 2)
-        r.failure_ = fmt::format("gpu compute_capability `{}` is not MAJOR.MINOR", cc);
-      gs.gpus.push_back(sg);
-    }
-    m.gpu = gs;
-  }
-  if (!r.failure_.empty()) return Status::Error(Code::kCorruption, "metadata: {}", r.failure_);
-  if (!IsValidSnapshotId(m.id)) return Status::Error(Code::kCorruption, "metadata: invalid id `{}`", m.id);
+  r.String(j, "", "id", m.id);
+  if (r.ok() && !IsValidSnapshotId(m.id)) return Status::Error(Code::kCorruption, "metadata: invalid id `{}`", m.id);
+  r.String(j, "", "created", m.created);
+  if (r.ok() && !IsRfc3339(m.created))
+    r.Fail(fmt::format("field `created` is \"{}\", not an RFC 3339 time", m.created));
+  r.String(j, "", "hostname", m.hostname, false);
+  r.String(j, "", "kernel", m.kernel, false);
+  ReadSource(r, j, m);
+  ReadCriu(r, j, m);
+  r.IntegerArray(j, "", "pids", m.pids, kPid, false);
+  RequireSince(r, m, 2, j, "digest", "digest");
+  r.String(j, "", "digest", m.digest, false, /*nonempty=*/true);
+  ReadFiles(r, j, m);
+  uint64_t sum = 0;
+  for (const auto& [_, d] : m.files) sum += d.size;
+  m.total_bytes = sum;  // the default, where it is absent
+  r.Integer(j, "", "total_bytes", m.total_bytes, kBytes, false);
+  if (r.ok() && m.total_bytes != sum)
+    r.Fail(fmt::format("field `total_bytes` is {}, but the files add up to {}", m.total_bytes, sum));
+  ReadTimings(r, j, m);
+  ReadGpu(r, j, m);
+  if (!r.ok()) return Corrupt(r);
   return m;
 }
 

@@ -1,11 +1,40 @@
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 
 #include "gpusnap/snapshot.h"
+#include "store/meta_digest.h"
 
 #include <nlohmann/json.hpp>
 
 namespace gpusnap {
 namespace {
+
+// The current schema version as gpusnap.json writes it, quoted.
+std::string QuotedVersion() { return fmt::format("\"{}.{}\"", kSchemaMajor, kSchemaMinor); }
+
+std::string Sha256Hex(const std::string& data) {
+  unsigned char d[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_Digest(data.data(), data.size(), d, &n, EVP_sha256(), nullptr);
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) out += fmt::format("{:02x}", d[i]);
+  return out;
+}
+
+// The documented canonical form (docs/snapshot-format.md): the object without
+// `meta_sha256`, compact, keys sorted.
+std::string CanonicalDigest(nlohmann::json j) {
+  j.erase("meta_sha256");
+  return Sha256Hex(j.dump());
+}
+
+// `json` edited by a test, its meta_sha256 recomputed, as a writer would have.
+std::string Reseal(const std::string& text) {
+  auto j = nlohmann::json::parse(text);
+  j["meta_sha256"] = CanonicalDigest(j);
+  return j.dump(2);
+}
+std::string Reseal(nlohmann::json j) { return Reseal(j.dump()); }
 
 SnapshotMeta Sample() {
   SnapshotMeta m;
@@ -35,7 +64,7 @@ TEST(SnapshotMeta, RoundTrips) {
 
 TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.4\""), 5, "\"2.0\"");
+  json.replace(json.find(QuotedVersion()), 5, "\"2.0\"");
   auto parsed = SnapshotMetaFromJson(json);
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), Code::kNotSupported);
@@ -45,8 +74,8 @@ TEST(SnapshotMeta, UnknownMajorVersionIsRefusedNamingBoth) {
 
 TEST(SnapshotMeta, NewerMinorVersionIsRead) {
   std::string json = SnapshotMetaToJson(Sample());
-  json.replace(json.find("\"1.4\""), 5, "\"1.7\"");
-  auto parsed = SnapshotMetaFromJson(json);
+  json.replace(json.find(QuotedVersion()), 5, "\"1.7\"");
+  auto parsed = SnapshotMetaFromJson(Reseal(json));
   ASSERT_TRUE(parsed.ok());
   EXPECT_EQ(parsed->schema_minor, 7);
 }
@@ -54,7 +83,7 @@ TEST(SnapshotMeta, NewerMinorVersionIsRead) {
 TEST(SnapshotMeta, MissingFieldIsNamed) {
   std::string json = SnapshotMetaToJson(Sample());
   json.replace(json.find("\"created\""), 9, "\"kreated\"");
-  auto parsed = SnapshotMetaFromJson(json);
+  auto parsed = SnapshotMetaFromJson(Reseal(json));
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), Code::kCorruption);
   EXPECT_NE(parsed.status().message().find("`created`"), std::string::npos);
@@ -63,9 +92,9 @@ TEST(SnapshotMeta, MissingFieldIsNamed) {
 TEST(SnapshotMeta, WrongTypeIsNamed) {
   std::string json = SnapshotMetaToJson(Sample());
   json.replace(json.find("\"host_pid\": 4711"), 16, "\"host_pid\": \"x\"");
-  auto parsed = SnapshotMetaFromJson(json);
+  auto parsed = SnapshotMetaFromJson(Reseal(json));
   ASSERT_FALSE(parsed.ok());
-  EXPECT_NE(parsed.status().message().find("`host_pid`"), std::string::npos);
+  EXPECT_NE(parsed.status().message().find("`source.host_pid`"), std::string::npos);
 }
 
 TEST(SnapshotMeta, NotJsonIsCorruption) {
@@ -96,13 +125,23 @@ TEST(SnapshotId, Validation) {
 namespace gpusnap {
 namespace {
 
-TEST(SnapshotMeta, GpuStateRoundTrips) {
+constexpr const char* kUuid = "GPU-5afec0da-0000-0000-0000-000000000000";
+
+// A snapshot of a bare pid, without files.
+SnapshotMeta PidSample(const std::string& id) {
   SnapshotMeta m;
-  m.id = "g-1";
+  m.id = id;
   m.created = "2026-11-29T23:30:00.000Z";
   m.source.kind = "pid";
+  m.source.host_pid = 4711;
+  m.source.ns_pid = 1;
   m.criu_version = "4.3";
-  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-0123", "NVIDIA H200", 9, 0, 150ull << 30}}, {2, 5}, {7, 9}, false, "", {}, ""};
+  return m;
+}
+
+TEST(SnapshotMeta, GpuStateRoundTrips) {
+  SnapshotMeta m = PidSample("g-1");
+  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, kUuid, "NVIDIA H200", 9, 0, 150ull << 30}}, {2, 5}, {7, 9}, false, "", {}, ""};
   auto parsed = SnapshotMetaFromJson(SnapshotMetaToJson(m));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_TRUE(parsed->gpu.has_value());
@@ -110,16 +149,12 @@ TEST(SnapshotMeta, GpuStateRoundTrips) {
   EXPECT_EQ(parsed->gpu->ns_pids, (std::vector<int>{2, 5}));
   ASSERT_EQ(parsed->gpu->gpus.size(), 1u);
   EXPECT_EQ(parsed->gpu->gpus[0].cc_major, 9);
-  EXPECT_EQ(parsed->gpu->gpus[0].uuid, "GPU-0123");
+  EXPECT_EQ(parsed->gpu->gpus[0].uuid, kUuid);
 }
 
 TEST(SnapshotMeta, GpushareStateRoundTripsAndMustNameASocketPerProcess) {
-  SnapshotMeta m;
-  m.id = "g-2";
-  m.created = "2026-11-30T03:00:00.000Z";
-  m.source.kind = "pid";
-  m.criu_version = "4.3";
-  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-0123", "NVIDIA H200", 9, 0, 150ull << 30}}, {2}, {7}, false, "", {}, ""};
+  SnapshotMeta m = PidSample("g-2");
+  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, kUuid, "NVIDIA H200", 9, 0, 150ull << 30}}, {2}, {7}, false, "", {}, ""};
   EXPECT_EQ(SnapshotMetaToJson(m).find("gpushare"), std::string::npos);
   m.gpu->gpushare = true;
   m.gpu->chunk_store = "/var/lib/gpusnap";
@@ -140,14 +175,211 @@ TEST(SnapshotMeta, GpushareStateRoundTripsAndMustNameASocketPerProcess) {
 }
 
 TEST(SnapshotMeta, CpuSnapshotHasNoGpuState) {
-  SnapshotMeta m;
-  m.id = "c-1";
-  m.created = "x";
-  m.source.kind = "pid";
-  m.criu_version = "4.3";
+  SnapshotMeta m = PidSample("c-1");
   std::string json = SnapshotMetaToJson(m);
   EXPECT_EQ(json.find("\"gpu\""), std::string::npos);
-  EXPECT_FALSE(SnapshotMetaFromJson(json)->gpu.has_value());
+  auto parsed = SnapshotMetaFromJson(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_FALSE(parsed->gpu.has_value());
+}
+
+}  // namespace
+}  // namespace gpusnap
+
+// Issue 13, defect 2: gpusnap.json's fields are validated on load, and the
+// metadata carries a digest of itself.
+namespace gpusnap {
+namespace {
+
+// A GPU snapshot with every field set, as nlohmann::json.
+nlohmann::json FullSample() {
+  SnapshotMeta m = Sample();
+  m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-5afec0da-0000-0000-0000-000000000000", "NVIDIA H200", 9, 0, 150ull << 30}},
+                           {2}, {7}, true, "/var/lib/gpusnap", {"gpusnap-gpushare.4026532301.2"}, "/lib/shim.so"};
+  m.timings_s["gpu-lock"] = 2.5e-05;  // printed with an exponent
+  return nlohmann::json::parse(SnapshotMetaToJson(m));
+}
+
+// The message of loading `j` (resealed), or "" when it loads.
+std::string RefusalOf(const nlohmann::json& j) {
+  auto parsed = SnapshotMetaFromJson(Reseal(j));
+  if (parsed.ok()) return "";
+  EXPECT_EQ(parsed.status().code(), Code::kCorruption) << parsed.status().ToString();
+  return parsed.status().message();
+}
+
+TEST(SnapshotMetaValidation, FullSampleLoads) { EXPECT_EQ(RefusalOf(FullSample()), ""); }
+
+TEST(SnapshotMetaValidation, OutOfRangeValuesAreRefusedNamingTheFieldAndValue) {
+  using nlohmann::json;
+  struct Case {
+    const char* pointer;
+    json value;
+    const char* field;  // as the message names it
+    const char* quoted; // the value as the message quotes it
+  };
+  const Case cases[] = {
+      {"/source/host_pid", 0, "source.host_pid", "0"},
+      {"/source/host_pid", -4711, "source.host_pid", "-4711"},
+      {"/source/ns_pid", kPidMaxLimit + 1, "source.ns_pid", "4194305"},
+      {"/pids/1", -1, "pids[1]", "-1"},
+      {"/pids/0", 1ll << 40, "pids[0]", "1099511627776"},
+      {"/criu/listen_ports/0", 70000, "criu.listen_ports[0]", "70000"},
+      {"/criu/listen_ports/0", 0, "criu.listen_ports[0]", "0"},
+      {"/files/checkpoint~1pages-1.img/size", -1, "files[\"checkpoint/pages-1.img\"].size", "-1"},
+      {"/files/checkpoint~1pages-1.img/sha256", std::string(63, 'a'), "files[\"checkpoint/pages-1.img\"].sha256", "aaa"},
+      {"/files/checkpoint~1pages-1.img/sha256", std::string(64, 'A'), "files[\"checkpoint/pages-1.img\"].sha256", "AAA"},
+      {"/total_bytes", -1, "total_bytes", "-1"},
+      {"/total_bytes", 4097, "total_bytes", "4097"},
+      {"/timings_s/dump", -0.5, "timings_s.dump", "-0.5"},
+      {"/created", "yesterday", "created", "yesterday"},
+      {"/source/kind", "container", "source.kind", "container"},
+      {"/criu/version", "", "criu.version", ""},
+      {"/gpu/ns_pids/0", 0, "gpu.ns_pids[0]", "0"},
+      {"/gpu/restore_tids/0", 9999999, "gpu.restore_tids[0]", "9999999"},
+      {"/gpu/gpus/0/uuid", "GPU-0123", "gpu.gpus[0].uuid", "GPU-0123"},
+      {"/gpu/gpus/0/index", -1, "gpu.gpus[0].index", "-1"},
+      {"/gpu/gpus/0/compute_capability", "9.x", "gpu.gpus[0].compute_capability", "9.x"},
+      {"/gpu/cuda_version", -13000, "gpu.cuda_version", "-13000"},
+  };
+  for (const auto& c : cases) {
+    json j = FullSample();
+    j[json::json_pointer(c.pointer)] = c.value;
+    std::string why = RefusalOf(j);
+    EXPECT_NE(why.find(fmt::format("`{}`", c.field)), std::string::npos) << c.pointer << ": " << why;
+    EXPECT_NE(why.find(c.quoted), std::string::npos) << c.pointer << ": " << why;
+  }
+}
+
+TEST(SnapshotMetaValidation, WrongTypesAreRefused) {
+  using nlohmann::json;
+  const std::pair<const char*, json> cases[] = {
+      {"/source/host_pid", 4711.5},     // a float is not a pid
+      {"/source/ns_pid", "2"},
+      {"/criu/listen_ports", 29777},    // not an array
+      {"/criu/listen_ports/0", "29777"},
+      {"/criu/tcp_established", 1},
+      {"/pids", json::object()},
+      {"/source/cmdline/0", 7},
+      {"/files/checkpoint~1pages-1.img/size", "4096"},
+      {"/gpu/gpus", json::object()},
+      {"/gpu/gpushare/control_sockets/0", 1},
+  };
+  for (const auto& [pointer, value] : cases) {
+    json j = FullSample();
+    j[json::json_pointer(pointer)] = value;
+    std::string why = RefusalOf(j);
+    EXPECT_NE(why.find(", not "), std::string::npos) << pointer << ": " << why;
+  }
+}
+
+TEST(SnapshotMetaValidation, FieldsAddedByAMinorVersionAreRequiredFromIt) {
+  using nlohmann::json;
+  // A removed `digest` must not make a 1.2+ snapshot read as whole-file SHA-256.
+  json without_digest = FullSample();
+  without_digest.erase("digest");
+  json without_ports = FullSample();
+  without_ports["criu"].erase("listen_ports");
+  for (const auto& [j, field] : {std::pair{without_digest, "`digest`"}, std::pair{without_ports, "`criu.listen_ports`"}}) {
+    std::string why = RefusalOf(j);
+    EXPECT_NE(why.find(fmt::format("missing field {} (required since schema", field)), std::string::npos) << why;
+  }
+  json j = FullSample();
+  j.erase("meta_sha256");
+  auto parsed = SnapshotMetaFromJson(j.dump());
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("missing field `meta_sha256` (required since schema 1.5)"),
+            std::string::npos)
+      << parsed.status().message();
+}
+
+TEST(SnapshotMetaValidation, OlderSnapshotsLoadWithTheDocumentedDefaults) {
+  nlohmann::json j = FullSample();
+  j.erase("meta_sha256");
+  j["schema_version"] = "1.1";
+  j.erase("digest");
+  j["criu"].erase("listen_ports");
+  j["criu"].erase("shell_job");
+  j.erase("pids");
+  j.erase("timings_s");
+  j.erase("total_bytes");
+  auto parsed = SnapshotMetaFromJson(j.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->digest, "sha256");
+  EXPECT_TRUE(parsed->listen_ports.empty());
+  EXPECT_FALSE(parsed->shell_job);
+  EXPECT_TRUE(parsed->pids.empty());
+  EXPECT_EQ(parsed->total_bytes, 4096u);  // the files' sum
+  // Written back (inspect, the agent) as the schema it has: without a digest.
+  EXPECT_EQ(SnapshotMetaToJson(*parsed).find("meta_sha256"), std::string::npos);
+  EXPECT_TRUE(SnapshotMetaFromJson(SnapshotMetaToJson(*parsed)).ok());
+}
+
+TEST(SnapshotMetaValidation, DigestIsOfTheCanonicalFormAndCoversUnknownFields) {
+  nlohmann::json j = FullSample();
+  ASSERT_TRUE(j.contains("meta_sha256"));
+  EXPECT_EQ(j["meta_sha256"], CanonicalDigest(j));
+  // A field of a newer minor version is covered too.
+  j["added_by_1_9"] = 1;
+  auto parsed = SnapshotMetaFromJson(j.dump(2));
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_NE(parsed.status().message().find("does not match its digest"), std::string::npos)
+      << parsed.status().message();
+  EXPECT_TRUE(SnapshotMetaFromJson(Reseal(j)).ok());
+  // The compact form (as the agent sends it) verifies like the indented one.
+  EXPECT_TRUE(SnapshotMetaFromJson(FullSample().dump()).ok());
+}
+
+TEST(SnapshotMetaDigest, CanonicalFormSortsKeysDropsWhitespaceAndKeepsNumbersAsWritten) {
+  auto canonical = CanonicalMeta(
+      "{\"b\": 1.50,\n \"a\": [true, null, \"x\\n\\u0041\u00e9\"], \"meta_sha256\": \"0\",\n"
+      " \"c\": {\"z\": -2, \"y\": 2.5E-05, \"meta_sha256\": 1}}");
+  ASSERT_TRUE(canonical.ok()) << canonical.status().ToString();
+  EXPECT_EQ(*canonical, "{\"a\":[true,null,\"x\\nA\u00e9\"],\"b\":1.50,\"c\":{\"meta_sha256\":1,\"y\":2.5E-05,\"z\":-2}}");
+  auto twice = CanonicalMeta("{\"a\": 1, \"b\": {\"c\": 1, \"c\": 2}}");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("the key `c` appears twice"), std::string::npos) << twice.status().message();
+}
+
+TEST(SnapshotMetaValidation, FlippedBitInAValueIsRefusedAsCorruptMetadata) {
+  std::string text = FullSample().dump(2);
+  size_t at = text.find("\"host_pid\": 4711");
+  ASSERT_NE(at, std::string::npos);
+  text[at + 12] ^= 0x02;  // 4711 -> 6711: still a valid pid
+  auto parsed = SnapshotMetaFromJson(text);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), Code::kCorruption);
+  EXPECT_NE(parsed.status().message().find("does not match its digest"), std::string::npos)
+      << parsed.status().message();
+}
+
+TEST(SnapshotMetaValidation, EveryFlippedBitIsRefused) {
+  const std::string text = FullSample().dump(2) + "\n";
+  ASSERT_TRUE(SnapshotMetaFromJson(text).ok());
+  size_t accepted = 0;
+  std::string first;
+  for (size_t i = 0; i < text.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string flipped = text;
+      flipped[i] = static_cast<char>(flipped[i] ^ (1 << bit));
+      if (SnapshotMetaFromJson(flipped).ok() && accepted++ == 0) first = fmt::format("byte {} bit {}", i, bit);
+    }
+  }
+  EXPECT_EQ(accepted, 0u) << "first accepted flip: " << first;
+}
+
+TEST(SnapshotMetaValidation, SyntaxErrorNamesTheBytePosition) {
+  std::string text = FullSample().dump(2);
+  size_t at = text.find("\"kernel\"");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at, "}");  // byte at+1 (1-based) is where it goes wrong
+  auto parsed = SnapshotMetaFromJson(text);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), Code::kCorruption);
+  EXPECT_NE(parsed.status().message().find("JSON syntax error"), std::string::npos) << parsed.status().message();
+  EXPECT_NE(parsed.status().message().find(fmt::format("at byte {}", at + 1)), std::string::npos)
+      << parsed.status().message();
+  EXPECT_EQ(parsed.status().message().find("not a JSON object"), std::string::npos);
 }
 
 }  // namespace

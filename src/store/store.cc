@@ -10,23 +10,47 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "store/layout.h"
 #include "store/digest.h"
+#include "store/snapshot_tree.h"
 #include "util/files.h"
 
 namespace gpusnap {
 
 namespace {
 constexpr std::string_view kTmpPrefix = ".tmp-";
+// A snapshot being removed: `.tmp-.rm-<id>`, a name no writer's `.tmp-<id>`
+// can have (ids never start with '.').
+constexpr std::string_view kRemovingPrefix = ".tmp-.rm-";
 
-// Hashes every file under `dir` except gpusnap.json, syncing each on the way
-// (CRIU writes its images without fsync).
-Result<std::map<std::string, FileDigest>> DigestTree(const std::string& dir, bool sync, std::string_view algorithm) {
-  GPUSNAP_ASSIGN_OR_RETURN(auto names, ListFilesRecursive(dir));
-  std::erase_if(names, [](const std::string& n) { return n == SnapshotFiles::kMetaFile || SnapshotFiles::IsCriuAccountingFile(n); });
-  GPUSNAP_ASSIGN_OR_RETURN(uint64_t chunk_bytes, DigestChunkBytes(algorithm));
-  return DigestFiles(dir, names, sync, 0, chunk_bytes);
+// The files of the snapshot directory `dir` to digest, after checking every
+// entry against the format (and against `listed`, for a published one).
+Result<std::vector<std::string>> CheckedFiles(const std::string& dir, const std::map<std::string, FileDigest>* listed) {
+  GPUSNAP_ASSIGN_OR_RETURN(auto entries, ListSnapshotEntries(dir));
+  return CheckSnapshotEntries(entries, listed);
+}
+
+// Reads `path` if it is a regular file; a link is not followed, and a FIFO
+// does not block the reader (`gpusnap ls` must not hang on one).
+Result<std::string> ReadRegularFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd.valid() && errno == ELOOP)
+    return Status::Error(Code::kCorruption, "`{}` is a symbolic link, not a regular file", path);
+  struct stat st{};
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) return Status::Errno(errno, "reading `{}`", path);
+  if (!S_ISREG(st.st_mode))
+    return Status::Error(Code::kCorruption, "`{}` is {}, not a regular file", path, DescribeFileType(st.st_mode));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Errno(errno, "reading `{}`", path);
+    if (n == 0) return out;
+    out.append(buf, static_cast<size_t>(n));
+  }
 }
 }  // namespace
 
@@ -82,7 +106,8 @@ std::vector<Store::Temporary> Store::ListTemporaries() const {
   std::vector<Temporary> out;
   // A lock we can take is one no writer holds; closing the descriptor drops it.
   ForEachTemporary(SnapshotsDir(), [&](const std::string& path, int fd) {
-    out.push_back({path, ::flock(fd, LOCK_SH | LOCK_NB) != 0});
+    bool removing = std::filesystem::path(path).filename().string().starts_with(kRemovingPrefix);
+    out.push_back({path, ::flock(fd, LOCK_SH | LOCK_NB) != 0, removing});
   });
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.dir < b.dir; });
   return out;
@@ -100,6 +125,12 @@ Result<PendingSnapshot> Store::Begin(const std::string& id) const {
     ::rmdir(tmp.c_str());
     return Status::Errno(err, "locking `{}`", tmp);
   }
+  // Between the mkdir and the lock, a CleanStaleTemporaries (another
+  // checkpoint's, an rm's) may have taken the unlocked directory for stale.
+  struct stat locked{}, now{};
+  if (::fstat(fd.get(), &locked) != 0 || ::lstat(tmp.c_str(), &now) != 0 || locked.st_ino != now.st_ino ||
+      locked.st_dev != now.st_dev)
+    return Status::Error(Code::kFailedPrecondition, "`{}` was removed as stale while being created; try again", tmp);
   return PendingSnapshot(id, tmp, final_dir, std::move(fd));
 }
 
@@ -109,7 +140,10 @@ PendingSnapshot::~PendingSnapshot() {
 
 Status PendingSnapshot::Publish(SnapshotMeta& meta) {
   meta.digest = kDigestAlgorithm;
-  GPUSNAP_ASSIGN_OR_RETURN(meta.files, DigestTree(tmp_dir_, /*sync=*/true, meta.digest));
+  // CRIU's accounting files (format.h) are left out; CRIU may still be
+  // writing them.
+  GPUSNAP_ASSIGN_OR_RETURN(auto names, CheckedFiles(tmp_dir_, nullptr));
+  GPUSNAP_ASSIGN_OR_RETURN(meta.files, DigestFiles(tmp_dir_, names, /*sync=*/true));
   meta.total_bytes = 0;
   for (const auto& [_, d] : meta.files) meta.total_bytes += d.size;
   std::string meta_path = tmp_dir_ + "/" + SnapshotFiles::kMetaFile;
@@ -131,12 +165,14 @@ Result<SnapshotMeta> Store::Load(const std::string& id) const {
   std::string path = SnapshotDir(id) + "/" + SnapshotFiles::kMetaFile;
   if (::access(SnapshotDir(id).c_str(), F_OK) != 0)
     return Status::Error(Code::kNotFound, "no snapshot `{}` in store `{}`", id, root_);
-  auto text = ReadFile(path);
+  auto text = ReadRegularFile(path);
   if (!text.ok()) return Status::Error(Code::kCorruption, "snapshot `{}`: {}", id, text.status().message());
   auto meta = SnapshotMetaFromJson(*text);
   if (!meta.ok()) return meta.status().Wrap(fmt::format("snapshot `{}`", id));
   if (meta->id != id)
     return Status::Error(Code::kCorruption, "snapshot `{}`: metadata names a different id `{}`", id, meta->id);
+  if (auto chunk = DigestChunkBytes(meta->digest); !chunk.ok())
+    return Status::Error(Code::kCorruption, "snapshot `{}`: metadata: field `digest`: {}", id, chunk.status().message());
   return meta;
 }
 
@@ -163,29 +199,57 @@ Result<std::vector<SnapshotMeta>> Store::List(std::vector<std::string>* warnings
 
 Status Store::Verify(const SnapshotMeta& meta) const {
   std::string dir = SnapshotDir(meta.id);
-  GPUSNAP_ASSIGN_OR_RETURN(auto actual, DigestTree(dir, /*sync=*/false, meta.digest));
+  auto context = fmt::format("snapshot `{}`", meta.id);
+  auto names = CheckedFiles(dir, &meta.files);
+  if (!names.ok()) return names.status().Wrap(context);
+  GPUSNAP_ASSIGN_OR_RETURN(uint64_t chunk_bytes, DigestChunkBytes(meta.digest));
+  auto actual = DigestFiles(dir, *names, /*sync=*/false, 0, chunk_bytes);
+  if (!actual.ok()) return actual.status().Wrap(context);
   for (const auto& [name, want] : meta.files) {
-    auto it = actual.find(name);
-    if (it == actual.end())
-      return Status::Error(Code::kCorruption, "snapshot `{}`: file `{}` is missing", meta.id, name);
-    if (it->second.size != want.size)
+    const FileDigest& got = actual->at(name);
+    if (got.size != want.size)
       return Status::Error(Code::kCorruption, "snapshot `{}`: file `{}` has {} bytes, expected {}", meta.id, name,
-                           it->second.size, want.size);
-    if (it->second.sha256 != want.sha256)
+                           got.size, want.size);
+    if (got.sha256 != want.sha256)
       return Status::Error(Code::kCorruption, "snapshot `{}`: file `{}` does not match its digest (sha256 {}, expected {})",
-                           meta.id, name, it->second.sha256, want.sha256);
+                           meta.id, name, got.sha256, want.sha256);
   }
-  for (const auto& [name, _] : actual)
-    if (!meta.files.count(name))
-      return Status::Error(Code::kCorruption, "snapshot `{}`: unexpected file `{}`", meta.id, name);
   return Status::Ok();
 }
 
-Status Store::Remove(const std::string& id) const {
+Status Store::Remove(const std::string& id, int wait_ms) const {
   if (!IsValidSnapshotId(id)) return Status::Error(Code::kInvalidArgument, "invalid snapshot id `{}`", id);
   std::string dir = SnapshotDir(id);
   if (::access(dir.c_str(), F_OK) != 0) return Status::Error(Code::kNotFound, "no snapshot `{}` in store `{}`", id, root_);
-  std::string doomed = SnapshotsDir() + "/" + std::string(kTmpPrefix) + "rm-" + id;
+  // The writer of a snapshot holds its lock past the publish, until CRIU has
+  // finished (it writes its accounting files into the directory after the
+  // publish): removing it meanwhile would race those writes and leave what
+  // they created behind. So wait for the writer, and keep the lock while
+  // deleting, so that no CleanStaleTemporaries deletes along with us.
+  // (Not a directory, it has no writer: no lock to wait for, and it goes as it is.)
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid() && errno != ELOOP && errno != ENOTDIR) return Status::Errno(errno, "opening `{}`", dir);
+  if (fd.valid()) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+    while (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK) return Status::Errno(errno, "locking `{}`", dir);
+      if (std::chrono::steady_clock::now() >= deadline)
+        return Status::Error(Code::kTimeout,
+                             "snapshot `{}` is still held by the checkpoint that wrote it (waited {} ms for it to "
+                             "finish); remove it when that checkpoint has ended",
+                             id, wait_ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // Another rm may have taken the directory away while we waited.
+    struct stat locked{}, now{};
+    if (::fstat(fd.get(), &locked) != 0 || ::lstat(dir.c_str(), &now) != 0 || locked.st_ino != now.st_ino ||
+        locked.st_dev != now.st_dev)
+      return Status::Error(Code::kNotFound, "no snapshot `{}` in store `{}`", id, root_);
+  }
+  // A leftover of an interrupted removal of the same id would block the rename.
+  CleanStaleTemporaries();
+  std::string doomed = SnapshotsDir() + "/" + std::string(kRemovingPrefix) + id;
   if (::rename(dir.c_str(), doomed.c_str()) != 0) return Status::Errno(errno, "removing `{}`", dir);
   return RemoveTree(doomed);
 }

@@ -3,8 +3,13 @@
 //
 // Publishing is atomic (write into .tmp-<id>, fsync every file and directory,
 // one rename), so a reader never sees half a snapshot. A writer holds an flock
-// on its .tmp directory for as long as it lives; CleanStaleTemporaries removes
-// every .tmp whose writer is gone (crashed, killed).
+// on its .tmp directory for as long as it lives, past the publish (the lock
+// moves with the directory); CleanStaleTemporaries removes every .tmp whose
+// writer is gone (crashed, killed). A removal renames the snapshot to
+// .tmp-.rm-<id> and holds the same lock while it deletes it.
+//
+// A snapshot holds regular files only, in the directories of the format
+// (store/snapshot_tree.h); publishing and verification refuse anything else.
 //
 // Thread-safety: a Store is immutable; distinct PendingSnapshots may be used
 // from distinct threads.
@@ -39,6 +44,7 @@ class Store {
   struct Temporary {
     std::string dir;
     bool live = false;
+    bool removing = false;  // a snapshot being removed (.tmp-.rm-<id>), not one being written
   };
   std::vector<Temporary> ListTemporaries() const;
 
@@ -51,12 +57,20 @@ class Store {
   // Reads and parses <id>/gpusnap.json. kNotFound if there is no such snapshot.
   Result<SnapshotMeta> Load(const std::string& id) const;
 
-  // Recomputes every digest recorded in `meta` and checks that no file was
-  // added or removed. kCorruption naming the first file that differs.
+  // Checks that the snapshot holds exactly the files `meta` lists, all
+  // regular, and nothing else but gpusnap.json, CRIU's accounting files and
+  // the format's directories; then recomputes every digest. kCorruption
+  // naming the first entry that differs (and its type, when it is not a
+  // regular file).
   Status Verify(const SnapshotMeta& meta) const;
 
-  // Removes a published snapshot: first renamed out of sight, then deleted.
-  Status Remove(const std::string& id) const;
+  // How long Remove waits for the checkpoint that wrote a snapshot to finish.
+  static constexpr int kRemoveWaitMs = 60 * 1000;
+
+  // Removes a published snapshot: waits (at most `wait_ms`, then kTimeout)
+  // until its writer is done, renames it out of sight, then deletes it
+  // holding its lock. Stale temporaries go on the way.
+  Status Remove(const std::string& id, int wait_ms = kRemoveWaitMs) const;
 
  private:
   explicit Store(std::string root) : root_(std::move(root)) {}
@@ -76,7 +90,11 @@ class PendingSnapshot {
 
   // Records size and SHA-256 of every file into meta.files and
   // meta.total_bytes, writes gpusnap.json, syncs everything and renames the
-  // directory into place. After success the destructor leaves it alone.
+  // directory into place. After success the destructor leaves it alone, and
+  // the lock is held on the published directory until then: keep this object
+  // until nothing writes into the snapshot any more (CRIU has exited).
+  // kCorruption, before anything is renamed, naming an entry the format does
+  // not allow.
   Status Publish(SnapshotMeta& meta);
 
  private:

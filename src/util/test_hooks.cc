@@ -12,7 +12,11 @@ void PauseIfRequested(std::string_view step) {
   if (want == nullptr || step != want) return;
   std::fprintf(stderr, "paused at %s\n", want);
   std::fflush(stderr);
-  for (;;) ::pause();
+  const char* resume = std::getenv("GPUSNAP_TEST_RESUME_FILE");
+  if (resume == nullptr || *resume == '\0') {
+    for (;;) ::pause();
+  }
+  while (::access(resume, F_OK) != 0) ::usleep(10 * 1000);
 }
 
 Status InjectedFailure(std::string_view step) {

@@ -2,7 +2,9 @@
 // when unused.
 //
 // - GPUSNAP_TEST_PAUSE_AT=<step>: gpusnap prints `paused at <step>` on stderr
-//   when it reaches that step and waits there to be killed.
+//   when it reaches that step and waits there to be killed; or, with
+//   GPUSNAP_TEST_RESUME_FILE set too, until that file exists, and then goes
+//   on (for tests that interleave two gpusnap processes).
 // - GPUSNAP_TEST_FAIL_AT=<step>: the step fails as a real failure would, with
 //   kInternal "injected failure at <step>", and the story undoes what it did.
 #pragma once

@@ -1,6 +1,7 @@
 """Shared harness for the end-to-end tests: runs the real gpusnap binary with
 the real CRIU on real processes, each test in its own store and run
 directory, and stops every workload it started (by its reaper's pid)."""
+import hashlib
 import json
 import os
 import re
@@ -27,6 +28,36 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class _NumberText(str):
+    """A non-integer number of gpusnap.json, kept as the file writes it."""
+
+
+def _canonical(value):
+    if isinstance(value, dict):
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _canonical(value[k])
+                              for k in sorted(value)) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_canonical(v) for v in value) + "]"
+    if isinstance(value, _NumberText):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def read_meta(path):
+    """gpusnap.json as a dict; its non-integer numbers keep their text."""
+    with open(path) as f:
+        return json.load(f, parse_float=_NumberText)
+
+
+def write_meta(path, meta):
+    """Writes `meta` (from read_meta, edited) with its meta_sha256 recomputed over
+    the canonical form (docs/snapshot-format.md), as gpusnap would have written it."""
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    sealed = dict(body, meta_sha256=hashlib.sha256(_canonical(body).encode()).hexdigest())
+    with open(path, "w") as f:
+        f.write(_canonical(sealed) + "\n")
 
 
 class GpusnapCase(unittest.TestCase):

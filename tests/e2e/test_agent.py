@@ -14,7 +14,7 @@ import threading
 import time
 import unittest
 
-from harness import GPUSNAP, WORKLOADS, FakeGpuCase, GpusnapCase, free_port
+from harness import GPUSNAP, WORKLOADS, FakeGpuCase, GpusnapCase, free_port, read_meta, write_meta
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -321,15 +321,13 @@ class AgentApi(AgentCase):
         self.assertEqual(job["state"], "succeeded", job)
         snapdir = os.path.join(self.store, "snapshots")
         src = os.path.join(snapdir, "many-0000")
-        with open(os.path.join(src, "gpusnap.json")) as f:
-            meta = json.load(f)
+        meta = read_meta(os.path.join(src, "gpusnap.json"))
         for i in range(1, 1000):
             sid = f"many-{i:04d}"
             dst = os.path.join(snapdir, sid)
             shutil.copytree(src, dst, copy_function=os.link, ignore=shutil.ignore_patterns("gpusnap.json"))
             meta["id"] = sid
-            with open(os.path.join(dst, "gpusnap.json"), "w") as f:
-                json.dump(meta, f)
+            write_meta(os.path.join(dst, "gpusnap.json"), meta)
         status, snaps = agent.request("GET", "/v1/snapshots")
         self.assertEqual(status, 200)
         self.assertEqual(sorted(s["id"] for s in snaps), [f"many-{i:04d}" for i in range(1000)])

@@ -5,11 +5,12 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import time
 import unittest
 
-from harness import GPUSNAP, GpusnapCase, free_port
+from harness import GPUSNAP, GpusnapCase, free_port, read_meta, write_meta
 
 
 @contextlib.contextmanager
@@ -189,6 +190,46 @@ class FailedCheckpoints(GpusnapCase):
         self.assertIn("already running", p.stderr)
 
 
+class RemoveRacingACheckpoint(GpusnapCase):
+    """Issue 13: `gpusnap rm` of a snapshot whose checkpoint has published it
+    but not finished (CRIU still writes stats-dump into it) once left
+    `.tmp-rm-<id>/` behind."""
+
+    def paused(self, args, phase):
+        """`gpusnap ARGS` stopped at `phase`; it goes on when `resume` exists."""
+        resume = os.path.join(self.tmp, f"resume-{phase}")
+        env = dict(self.env, GPUSNAP_TEST_PAUSE_AT=phase, GPUSNAP_TEST_RESUME_FILE=resume)
+        proc = subprocess.Popen([GPUSNAP, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        line = ""
+        deadline = time.time() + 60
+        while time.time() < deadline and f"paused at {phase}" not in line:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+        self.assertIn(f"paused at {phase}", line)
+        return proc, resume
+
+    def test_rm_waits_for_the_checkpoint_to_finish_and_leaves_nothing(self):
+        pid = self.run_counter("race")
+        ckpt, resume = self.paused(["checkpoint", "race", "--leave-running", "--id", "race-1"], "published")
+        self.assertEqual([s["id"] for s in self.snapshots()], ["race-1"])  # published, CRIU not answered yet
+        rm = subprocess.Popen([GPUSNAP, "rm", "race-1"], env=self.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: rm.poll() is None and rm.kill())
+        time.sleep(2)
+        self.assertIsNone(rm.poll(), "rm went ahead while the checkpoint still held the snapshot")
+        open(resume, "w").close()
+        out, err = ckpt.communicate(timeout=120)
+        self.assertEqual(ckpt.returncode, 0, err)
+        out, err = rm.communicate(timeout=120)
+        self.assertEqual(rm.returncode, 0, err)
+        self.assertEqual(self.snapshots(), [])
+        self.assertEqual(os.listdir(os.path.join(self.store, "snapshots")), [])
+        c = self.count(pid)
+        self.wait_count(pid, c + 3)
+
+
 class BadSnapshots(GpusnapCase):
     def setUp(self):
         super().setUp()
@@ -230,6 +271,93 @@ class BadSnapshots(GpusnapCase):
         with open(meta, "w") as f:
             f.write(text)
         self.assert_refused("schema version 9.0 is not supported")
+
+    # --- issue 13: a snapshot holds exactly its files, all regular -----------
+    def store_state(self):
+        """Every entry of the store: path, type, size and mtime, links not followed."""
+        out = []
+        for root, dirs, files in os.walk(self.store):
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                st = os.lstat(path)
+                out.append((os.path.relpath(path, self.store), stat.S_IFMT(st.st_mode), st.st_size, st.st_mtime_ns))
+        return sorted(out)
+
+    def assert_refused_everywhere(self, needle):
+        """inspect --verify and restore both refuse, naming `needle`; the store,
+        the workloads and the source are as they were."""
+        before = self.store_state()
+        p = self.gs("inspect", "--verify", self.snap, check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(needle, p.stderr)
+        self.assertNotIn("match their digests", p.stderr)
+        self.assert_refused(needle)
+        self.assertEqual(self.store_state(), before)
+        c = self.count(self.pid)
+        self.wait_count(self.pid, c + 3)  # the source still runs
+
+    def test_extra_symlink_named_like_an_image_is_refused(self):
+        planted = os.path.join(self.tmp, "planted.img")
+        with open(planted, "wb") as f:
+            f.write(b"\0" * 64)
+        link = os.path.join(self.dir, "checkpoint", "cgroup.img")
+        self.assertFalse(os.path.lexists(link))  # an image CRIU looks for, not in this dump
+        os.symlink(planted, link)
+        self.assert_refused_everywhere("`checkpoint/cgroup.img` is a symbolic link, not a regular file")
+
+    def test_extra_fifo_is_refused(self):
+        os.mkfifo(os.path.join(self.dir, "checkpoint", "extra.img"))
+        self.assert_refused_everywhere("`checkpoint/extra.img` is a FIFO, not a regular file")
+
+    def test_extra_socket_is_refused(self):
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(os.path.join(self.dir, "extra.sock"))
+        s.close()
+        self.assert_refused_everywhere("`extra.sock` is a socket, not a regular file")
+
+    def test_listed_image_swapped_for_a_symlink_is_named_as_such(self):
+        img = os.path.join(self.dir, "checkpoint", "pstree.img")
+        moved = os.path.join(self.tmp, "pstree.img")
+        os.rename(img, moved)
+        os.symlink(moved, img)  # same bytes, behind a link
+        self.assert_refused_everywhere("`checkpoint/pstree.img` is a symbolic link, not a regular file")
+
+    # --- issue 13: gpusnap.json is validated and carries its own digest --------
+    def test_flipped_bit_in_metadata_is_refused(self):
+        meta = os.path.join(self.dir, "gpusnap.json")
+        with open(meta, "rb") as f:
+            text = bytearray(f.read())
+        m = re.search(rb'"host_pid": (\d+)', bytes(text))
+        at = m.end(1) - 1  # the last digit: the pid stays a valid pid
+        text[at] ^= 0x01
+        with open(meta, "wb") as f:
+            f.write(text)
+        self.assert_refused_everywhere("does not match its digest")
+
+    def test_metadata_syntax_error_names_the_byte(self):
+        meta = os.path.join(self.dir, "gpusnap.json")
+        with open(meta, "rb") as f:
+            text = f.read()
+        at = text.index(b'"id"')
+        with open(meta, "wb") as f:
+            f.write(text[:at] + b"}" + text[at:])
+        self.assert_refused_everywhere(f"JSON syntax error at byte {at + 1}")
+
+    def test_out_of_range_listening_port_is_refused(self):
+        path = os.path.join(self.dir, "gpusnap.json")
+        meta = read_meta(path)
+        meta["criu"]["listen_ports"] = [70000]
+        write_meta(path, meta)  # digest and all: only the value is wrong
+        self.assert_refused_everywhere("field `criu.listen_ports[0]` is 70000, not a TCP port (1..65535)")
+
+    def test_resealed_metadata_is_read(self):
+        # The documented canonical form, computed here independently, is the one gpusnap checks.
+        path = os.path.join(self.dir, "gpusnap.json")
+        meta = read_meta(path)
+        digest = meta["meta_sha256"]
+        write_meta(path, meta)
+        self.assertEqual(read_meta(path)["meta_sha256"], digest)
+        self.gs("inspect", "--verify", self.snap)
 
     def test_unknown_snapshot(self):
         p = self.gs("restore", "no-such-snapshot", check=False)

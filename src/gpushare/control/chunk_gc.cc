@@ -87,7 +87,7 @@ Result<std::vector<ManifestSource>> FindManifests(const Store& store) {
     }
   }
   for (const auto& t : store.ListTemporaries()) {
-    if (!t.live) continue;
+    if (!t.live || t.removing) continue;  // a removal holds its lock too
     std::string owner = fmt::format("snapshot being written `{}`", t.dir);
     GPUSNAP_RETURN_IF_ERROR(AddDirManifests(t.dir + "/" + SnapshotFiles::kGpuDir, owner, out));
   }

@@ -140,10 +140,14 @@ class ChunkGcStoreTest : public ::testing::Test {
     m.id = id;
     m.created = "2026-12-01T00:00:00.000Z";
     m.source.kind = "pid";
+    m.source.host_pid = 4711;
+    m.source.ns_pid = 1;
     m.criu_version = "4.3";
     m.gpu.emplace();
+    m.gpu->driver_version = "580.159.04";
     m.gpu->gpushare = true;
     m.gpu->ns_pids = {2};
+    m.gpu->restore_tids = {3};
     m.gpu->control_sockets = {"gpusnap-gpushare.1.2"};
     m.gpu->chunk_store = root_;
     Status published = pending->Publish(m);
