@@ -271,18 +271,23 @@ TEST_F(CudaCheckpointApi, BadPidListsAreRefusedBeforeAnyCall) {
 }
 
 TEST_F(CudaCheckpointApi, RestoreThreadIdsAndStates) {
-  Report r = RestoreThreadIds(driver(), std::vector<pid_t>{81, 82});
+  // The fake names the newest thread of a real pid, else pid + 1: these pids
+  // are above the kernel's limit (PID_MAX_LIMIT, 4194304), so no process of
+  // the machine running the test has them.
+  constexpr pid_t kA = 4194400, kB = 4194401, kC = 4194410;
+  Report r = RestoreThreadIds(driver(), std::vector<pid_t>{kA, kB});
   ASSERT_TRUE(r.ok()) << r.status.ToString();
-  EXPECT_EQ(r.pids[0].restore_tid, 82);
-  EXPECT_EQ(r.pids[1].restore_tid, 83);
-  auto tid = RestoreThreadId(driver(), 90);
+  EXPECT_EQ(r.pids[0].restore_tid, kA + 1);
+  EXPECT_EQ(r.pids[1].restore_tid, kB + 1);
+  auto tid = RestoreThreadId(driver(), kC);
   ASSERT_TRUE(tid.ok());
-  EXPECT_EQ(*tid, 91);
-  auto state = GetState(driver(), 90);
+  EXPECT_EQ(*tid, kC + 1);
+  auto state = GetState(driver(), kC);
   ASSERT_TRUE(state.ok());
   EXPECT_EQ(*state, ProcessState::kRunning);
-  fake_.Set("FAIL", "cuCheckpointProcessGetState:90:801");
-  EXPECT_EQ(GetState(driver(), 90).status().message(), "state pid 90: CUDA_ERROR_NOT_SUPPORTED (801)");
+  fake_.Set("FAIL", fmt::format("cuCheckpointProcessGetState:{}:801", kC));
+  EXPECT_EQ(GetState(driver(), kC).status().message(),
+            fmt::format("state pid {}: CUDA_ERROR_NOT_SUPPORTED (801)", kC));
 }
 
 }  // namespace
