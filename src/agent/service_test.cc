@@ -14,15 +14,16 @@
 
 #include "proc/proc.h"
 #include "util/files.h"
+#include "util/temp_dir_testing.h"
 
 namespace gpusnap::agent {
 namespace {
 
 class AgentServiceTest : public ::testing::Test {
  protected:
+  TempDir tmp_{"agent-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/gpusnap-agent-test-XXXXXX";
-    root_ = ::mkdtemp(tmpl);
+    root_ = tmp_.path();
     options_.store = root_ + "/store";
     options_.state_dir = root_ + "/state";
     options_.log = [this](const std::string& line) { log_ += line + "\n"; };
@@ -33,7 +34,6 @@ class AgentServiceTest : public ::testing::Test {
       ::kill(p, SIGKILL);
       ::waitpid(p, nullptr, 0);
     }
-    (void)RemoveTree(root_);
   }
 
   // A child that waits, stopped the way a dead agent's operation may leave it.

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "util/files.h"
+#include "util/temp_dir_testing.h"
 
 namespace gpusnap::criu {
 namespace {
@@ -106,11 +107,10 @@ TEST(Verdict, ADeadlinePassedIsATimeoutNamingIt) {
 
 class ConfigFileTest : public ::testing::Test {
  protected:
+  TempDir tmp_{"criu-config-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/gpusnap-criu-config-test-XXXXXX";
-    dir_ = ::mkdtemp(tmpl);
+    dir_ = tmp_.path();
   }
-  void TearDown() override { (void)RemoveTree(dir_); }
   std::string dir_;
 };
 

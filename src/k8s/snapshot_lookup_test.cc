@@ -5,6 +5,7 @@
 
 #include "gpusnap/snapshot.h"
 #include "util/files.h"
+#include "store/meta_testing.h"
 
 namespace gpusnap::k8s {
 namespace {
@@ -19,13 +20,7 @@ class SnapshotLookup : public ::testing::Test {
   void TearDown() override { (void)RemoveTree(root_); }
 
   void Publish(const std::string& id, int gpus, bool with_gpu_state = true) {
-    SnapshotMeta meta;
-    meta.id = id;
-    meta.created = "2025-01-01T00:00:00Z";
-    meta.source.kind = "pid";
-    meta.source.host_pid = 4711;
-    meta.source.ns_pid = 1;
-    meta.criu_version = "4.3";
+    SnapshotMeta meta = BarePidMeta(id);
     if (with_gpu_state) {
       meta.gpu.emplace();
       meta.gpu->driver_version = "580.159.04";

@@ -7,20 +7,20 @@
 #include <unistd.h>
 
 #include "util/files.h"
+#include "util/temp_dir_testing.h"
 
 namespace gpusnap {
 namespace {
 
 class DigestTest : public ::testing::Test {
  protected:
+  TempDir tmp_{"digest-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/gpusnap-digest-test-XXXXXX";
-    root_ = ::mkdtemp(tmpl);
+    root_ = tmp_.path();
     ASSERT_TRUE(WriteFileSynced(root_ + "/empty", "").ok());
     ASSERT_TRUE(WriteFileSynced(root_ + "/abc", "abc").ok());
     ASSERT_TRUE(WriteFileSynced(root_ + "/ten", "abcdefghij").ok());
   }
-  void TearDown() override { (void)RemoveTree(root_); }
   std::string root_;
 };
 

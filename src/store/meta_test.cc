@@ -3,6 +3,7 @@
 
 #include "gpusnap/snapshot.h"
 #include "store/meta_digest.h"
+#include "store/meta_testing.h"
 
 #include <nlohmann/json.hpp>
 
@@ -127,20 +128,8 @@ namespace {
 
 constexpr const char* kUuid = "GPU-5afec0da-0000-0000-0000-000000000000";
 
-// A snapshot of a bare pid, without files.
-SnapshotMeta PidSample(const std::string& id) {
-  SnapshotMeta m;
-  m.id = id;
-  m.created = "2026-11-29T23:30:00.000Z";
-  m.source.kind = "pid";
-  m.source.host_pid = 4711;
-  m.source.ns_pid = 1;
-  m.criu_version = "4.3";
-  return m;
-}
-
 TEST(SnapshotMeta, GpuStateRoundTrips) {
-  SnapshotMeta m = PidSample("g-1");
+  SnapshotMeta m = BarePidMeta("g-1");
   m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, kUuid, "NVIDIA H200", 9, 0, 150ull << 30}}, {2, 5}, {7, 9}, false, "", {}, ""};
   auto parsed = SnapshotMetaFromJson(SnapshotMetaToJson(m));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
@@ -153,7 +142,7 @@ TEST(SnapshotMeta, GpuStateRoundTrips) {
 }
 
 TEST(SnapshotMeta, GpushareStateRoundTripsAndMustNameASocketPerProcess) {
-  SnapshotMeta m = PidSample("g-2");
+  SnapshotMeta m = BarePidMeta("g-2");
   m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, kUuid, "NVIDIA H200", 9, 0, 150ull << 30}}, {2}, {7}, false, "", {}, ""};
   EXPECT_EQ(SnapshotMetaToJson(m).find("gpushare"), std::string::npos);
   m.gpu->gpushare = true;
@@ -175,7 +164,7 @@ TEST(SnapshotMeta, GpushareStateRoundTripsAndMustNameASocketPerProcess) {
 }
 
 TEST(SnapshotMeta, CpuSnapshotHasNoGpuState) {
-  SnapshotMeta m = PidSample("c-1");
+  SnapshotMeta m = BarePidMeta("c-1");
   std::string json = SnapshotMetaToJson(m);
   EXPECT_EQ(json.find("\"gpu\""), std::string::npos);
   auto parsed = SnapshotMetaFromJson(json);

@@ -18,27 +18,17 @@
 
 #include "store/layout.h"
 #include "util/files.h"
+#include "util/temp_dir_testing.h"
+#include "store/meta_testing.h"
 
 namespace gpusnap {
 namespace {
 
 class StoreTest : public ::testing::Test {
  protected:
+  TempDir tmp_{"store-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/gpusnap-store-test-XXXXXX";
-    root_ = ::mkdtemp(tmpl);
-  }
-  void TearDown() override { (void)RemoveTree(root_); }
-
-  SnapshotMeta MetaFor(const std::string& id) {
-    SnapshotMeta m;
-    m.id = id;
-    m.created = "2026-11-29T23:30:00.000Z";
-    m.source.kind = "pid";
-    m.source.host_pid = 1;
-    m.source.ns_pid = 1;
-    m.criu_version = "4.3";
-    return m;
+    root_ = tmp_.path();
   }
 
   // A published snapshot with one image file.
@@ -47,7 +37,7 @@ class StoreTest : public ::testing::Test {
     ASSERT_TRUE(pending.ok()) << pending.status().ToString();
     ASSERT_TRUE(MakeDirs(pending->dir() + "/checkpoint").ok());
     ASSERT_TRUE(WriteFileSynced(pending->dir() + "/checkpoint/pages-1.img", content).ok());
-    SnapshotMeta m = MetaFor(id);
+    SnapshotMeta m = BarePidMeta(id);
     ASSERT_TRUE(pending->Publish(m).ok());
   }
 
@@ -256,7 +246,7 @@ TEST_F(StoreTest, PublishRefusesANonRegularEntry) {
   ASSERT_TRUE(pending.ok());
   ASSERT_TRUE(MakeDirs(pending->dir() + "/checkpoint").ok());
   ASSERT_EQ(::symlink("/etc/hostname", (pending->dir() + "/checkpoint/pages-1.img").c_str()), 0);
-  SnapshotMeta m = MetaFor("s-6");
+  SnapshotMeta m = BarePidMeta("s-6");
   Status st = pending->Publish(m);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("`checkpoint/pages-1.img` is a symbolic link"), std::string::npos) << st.message();
@@ -283,7 +273,7 @@ TEST_F(StoreTest, RemoveWaitsForTheWriterThatIsStillFinishingTheSnapshot) {
   ASSERT_TRUE(pending.ok());
   ASSERT_TRUE(MakeDirs(pending->dir() + "/checkpoint").ok());
   ASSERT_TRUE(WriteFileSynced(pending->dir() + "/checkpoint/pages-1.img", "pages").ok());
-  SnapshotMeta m = MetaFor("r-1");
+  SnapshotMeta m = BarePidMeta("r-1");
   ASSERT_TRUE(pending->Publish(m).ok());
   // Published, but its writer (CRIU, after the post-dump answer) is not done.
   std::atomic<bool> removed{false};
@@ -309,7 +299,7 @@ TEST_F(StoreTest, RemoveGivesUpOnAWriterThatDoesNotFinish) {
   auto store = Store::Open(root_, true);
   auto pending = store->Begin("r-2");
   ASSERT_TRUE(pending.ok());
-  SnapshotMeta m = MetaFor("r-2");
+  SnapshotMeta m = BarePidMeta("r-2");
   ASSERT_TRUE(pending->Publish(m).ok());
   Status st = store->Remove("r-2", /*wait_ms=*/100);
   EXPECT_EQ(st.code(), Code::kTimeout) << st.ToString();

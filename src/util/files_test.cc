@@ -1,4 +1,5 @@
 #include "util/files.h"
+#include "util/temp_dir_testing.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -9,11 +10,10 @@ namespace {
 
 class MakeDirsTest : public ::testing::Test {
  protected:
+  TempDir tmp_{"files-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/gpusnap-files-test-XXXXXX";
-    root_ = ::mkdtemp(tmpl);
+    root_ = tmp_.path();
   }
-  void TearDown() override { (void)RemoveTree(root_); }
 
   // The permission bits of `path` (-1 when it cannot be stat'ed).
   static int ModeOf(const std::string& path) {

@@ -8,20 +8,20 @@
 #include "gpusnap/workload.h"
 #include "proc/proc.h"
 #include "util/files.h"
+#include "util/temp_dir_testing.h"
 
 namespace gpusnap {
 namespace {
 
 class NameClaimTest : public ::testing::Test {
  protected:
+  TempDir tmp_{"claim-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/gpusnap-claim-test-XXXXXX";
-    root_ = ::mkdtemp(tmpl);
+    root_ = tmp_.path();
     ::setenv("GPUSNAP_RUN_DIR", root_.c_str(), 1);
   }
   void TearDown() override {
     ::unsetenv("GPUSNAP_RUN_DIR");
-    (void)RemoveTree(root_);
   }
   std::string ClaimFile(const std::string& name) const { return root_ + "/workloads/" + name + ".claim"; }
 

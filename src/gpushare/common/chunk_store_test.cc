@@ -10,20 +10,20 @@
 #include <random>
 
 #include "util/files.h"
+#include "util/temp_dir_testing.h"
 
 namespace gpusnap::gpushare {
 namespace {
 
 class ChunkStoreTest : public ::testing::Test {
  protected:
+  TempDir tmp_{"chunk-store-test"};
   void SetUp() override {
-    char tmpl[] = "/tmp/gpusnap-chunk-store-test-XXXXXX";
-    root_ = ::mkdtemp(tmpl);
+    root_ = tmp_.path();
     auto store = ChunkStore::Open(root_);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     store_.emplace(std::move(store).value());
   }
-  void TearDown() override { (void)RemoveTree(root_); }
 
   // `size` random bytes from a fixed seed (distinct seeds, distinct chunks).
   static std::vector<char> Random(uint64_t size, uint32_t seed) {

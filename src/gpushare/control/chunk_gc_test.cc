@@ -12,6 +12,7 @@
 #include "gpushare/common/chunk_store.h"
 #include "gpushare/control/tree.h"
 #include "util/files.h"
+#include "store/meta_testing.h"
 
 namespace gpusnap::gpushare::control {
 namespace {
@@ -136,13 +137,7 @@ class ChunkGcStoreTest : public ::testing::Test {
     ASSERT_TRUE(pending.ok()) << pending.status().ToString();
     ASSERT_TRUE(MakeDirs(pending->dir() + "/gpu").ok());
     ASSERT_TRUE(WriteFileSynced(pending->dir() + "/" + ChunkManifestName(2), EncodeChunkManifest(ManifestOf(refs))).ok());
-    SnapshotMeta m;
-    m.id = id;
-    m.created = "2026-12-01T00:00:00.000Z";
-    m.source.kind = "pid";
-    m.source.host_pid = 4711;
-    m.source.ns_pid = 1;
-    m.criu_version = "4.3";
+    SnapshotMeta m = BarePidMeta(id);
     m.gpu.emplace();
     m.gpu->driver_version = "580.159.04";
     m.gpu->gpushare = true;
