@@ -155,29 +155,35 @@ class Reader {
     std::string name = Join(where, key);
     if (const json* v = Member(obj, name, key, required)) IntegerValue(*v, name, out, range);
   }
+  // Calls `item` on each element of the array `key`, named "key[i]"; false
+  // when the array is absent (or not one).
+  template <typename Item>
+  bool Array(const json& obj, const std::string& where, const char* key, bool required, Item item) {
+    std::string name = Join(where, key);
+    const json* v = Typed(obj, name, key, required, json::value_t::array, "an array");
+    if (v == nullptr) return false;
+    for (size_t i = 0; i < v->size() && ok(); ++i) item((*v)[i], fmt::format("{}[{}]", name, i));
+    return true;
+  }
   template <typename T>
   void IntegerArray(const json& obj, const std::string& where, const char* key, std::vector<T>& out, Range range,
                     bool required = true) {
-    std::string name = Join(where, key);
-    const json* v = Typed(obj, name, key, required, json::value_t::array, "an array");
-    if (v == nullptr) return;
-    out.clear();
-    for (size_t i = 0; i < v->size() && ok(); ++i) {
-      T item{};
-      IntegerValue((*v)[i], fmt::format("{}[{}]", name, i), item, range);
-      out.push_back(item);
-    }
+    std::vector<T> items;
+    if (Array(obj, where, key, required, [&](const json& v, const std::string& name) {
+          T x{};
+          IntegerValue(v, name, x, range);
+          items.push_back(x);
+        }))
+      out = std::move(items);
   }
   void StringArray(const json& obj, const std::string& where, const char* key, std::vector<std::string>& out,
                    bool required = true) {
-    std::string name = Join(where, key);
-    const json* v = Typed(obj, name, key, required, json::value_t::array, "an array");
-    if (v == nullptr) return;
-    out.clear();
-    for (size_t i = 0; i < v->size() && ok(); ++i) {
-      if (!(*v)[i].is_string()) WrongType(fmt::format("{}[{}]", name, i), (*v)[i], "a string");
-      else out.push_back((*v)[i].get<std::string>());
-    }
+    std::vector<std::string> items;
+    if (Array(obj, where, key, required, [&](const json& v, const std::string& name) {
+          if (!v.is_string()) WrongType(name, v, "a string");
+          else items.push_back(v.get<std::string>());
+        }))
+      out = std::move(items);
   }
   const json* Object(const json& obj, const std::string& where, const char* key, bool required = true) {
     return Typed(obj, Join(where, key), key, required, json::value_t::object, "an object");

@@ -17,6 +17,7 @@ namespace {
 
 using namespace gpusnap;
 using namespace gpusnap::agent;
+using namespace gpusnap::container;
 
 void Require(bool condition) {
   if (!condition) std::abort();
