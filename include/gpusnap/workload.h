@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gpusnap/status.h"
+#include "util/lock_file.h"
 
 namespace gpusnap {
 
@@ -57,22 +58,14 @@ Result<Workload> RunWorkload(const RunOptions& options);
 // destruction.
 class NameClaim {
  public:
-  NameClaim(NameClaim&& other) noexcept;
-  NameClaim& operator=(NameClaim&& other) noexcept;
-  NameClaim(const NameClaim&) = delete;
-  NameClaim& operator=(const NameClaim&) = delete;
-  ~NameClaim();
-
   const std::string& name() const { return name_; }
 
  private:
   friend Result<NameClaim> ClaimWorkloadName(const std::string& name);
-  NameClaim(std::string name, std::string path, int fd);
-  void Release();
+  NameClaim(std::string name, LockFile lock) : name_(std::move(name)), lock_(std::move(lock)) {}
 
   std::string name_;
-  std::string path_;
-  int fd_ = -1;  // holds the flock
+  LockFile lock_;  // the claim itself
 };
 
 // Claims `name` for a workload about to start. kInvalidArgument for an invalid

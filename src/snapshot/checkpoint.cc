@@ -57,7 +57,7 @@ namespace {
 // What the steps find and leave for the steps after them and for the undo.
 struct CheckpointRun {
   Target target;
-  std::optional<TreeLock> tree_lock;
+  std::optional<LockFile> tree_lock;
   std::vector<pid_t> gpu_pids;
   std::optional<cuda::Driver> driver;
   std::vector<gpushare::control::ShimProcess> shim_procs;
@@ -88,7 +88,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
   phases.Start("resolve");
   GPUSNAP_ASSIGN_OR_RETURN(run.target, ResolveTarget(options.target));
   const Target& target = run.target;
-  GPUSNAP_ASSIGN_OR_RETURN(run.tree_lock, TreeLock::Acquire(target.host_pid));
+  GPUSNAP_ASSIGN_OR_RETURN(run.tree_lock, LockTreeForCheckpoint(target.host_pid));
   std::vector<ProcessFiles> tree_files = ReadProcessFiles(target.tree);
   GPUSNAP_RETURN_IF_ERROR(CheckCheckpointable(tree_files));
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
