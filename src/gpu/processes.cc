@@ -12,6 +12,7 @@
 #include "proc/proc.h"
 #include "ns/thread_freeze.h"
 #include "util/files.h"
+#include "util/first_failure.h"
 #include "util/test_hooks.h"
 
 namespace gpusnap::gpu {
@@ -187,10 +188,8 @@ namespace {
 // unlocked and let run. Every step is tried; the first failure is returned.
 Status UndoCheckpoint(const cuda::Driver& driver, const std::vector<pid_t>& pids, std::vector<ns::ThreadFreeze>& frozen,
                       const std::vector<std::pair<pid_t, pid_t>>& stopped) {
-  Status first;
-  auto note = [&first](Status st) {
-    if (first.ok()) first = std::move(st);
-  };
+  FirstFailure first;
+  auto note = [&first](const Status& st) { first.Record(st); };
   for (const auto& [pid, tid] : stopped) {
     auto f = ns::ThreadFreeze::AllBut(pid, tid);
     if (!f.ok()) {
@@ -204,7 +203,7 @@ Status UndoCheckpoint(const cuda::Driver& driver, const std::vector<pid_t>& pids
   note(cuda::UnlockAll(driver, pids).status);
   for (auto& f : frozen) note(f.Release());
   frozen.clear();
-  return first;
+  return first.Get();
 }
 
 }  // namespace
