@@ -74,7 +74,8 @@ struct CheckpointRun {
   }
   Status LoadGpushare() {
     std::map<std::string, double> ignored;
-    return gpushare::control::LoadAll(shim_procs, store->root(), ManifestDir(), ignored);
+    return gpushare::control::LoadAll(shim_procs, store->root(), ManifestDir(),
+                                          gpushare::control::AfterLoad::kResume, ignored);
   }
   Status ResumeGpu() {
     std::map<std::string, double> ignored;

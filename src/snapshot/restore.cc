@@ -13,9 +13,12 @@
 //    they were dumped.
 // 4. GPU processes: restore all (onto the mapped GPUs), unlock all only then,
 //    let their threads run (gpu/processes.h); gpushare: adopt the preloaded
-//    memory, load the rest.
+//    memory, load the rest, their work still held.
 // 5. Find the restored root's host pid, hand the namespace to its reaper for
-//    good and record the workload: the point of no return.
+//    good, let the tree go (its other tasks continue, gpushare's held work
+//    goes) and record the workload: the point of no return. Until here no
+//    task but the GPU processes' (gpushare: none) has run, so a failed restore
+//    leaves no trace of the workload having run again.
 //
 // One exit: any failure returns through UndoStack::Fail, which tears down what
 // the restore started (a fresh namespace as a whole; in a placeholder, the
@@ -69,6 +72,17 @@ struct RestoreRun {
   control::PendingPreload preload;
   ns::SpawnedReaper reaper;
   bool into_container = false;
+  std::vector<control::ShimProcess> held_shims;  // gpushare: loaded, their work held until the tree goes
+
+  // The tasks CRIU left stopped go on, but for the GPU processes, which the
+  // GPU step already let run; gpushare's held work goes.
+  Status LetGo(const std::vector<pid_t>& gpu_pids) const {
+    for (pid_t p : proc::Tree(reaper.reaper_pid))
+      if (p != reaper.reaper_pid && std::find(gpu_pids.begin(), gpu_pids.end(), p) == gpu_pids.end() &&
+          ::kill(p, SIGCONT) != 0 && errno != ESRCH)
+        return Status::Errno(errno, "continuing restored pid {}", p);
+    return held_shims.empty() ? Status::Ok() : control::ResumeAll(held_shims);
+  }
 
   // Nothing of the restore is left: a fresh namespace goes as a whole (its
   // reaper ends what it holds); a placeholder stays, idle again.
@@ -179,7 +193,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   plan.verbose = options.verbose;
   plan.config_file = options.criu_config;
   plan.keep_criu_cgroups = run.into_container;
-  plan.leave_stopped = verify_alongside;
+  plan.leave_stopped = true;  // step 5 lets the tree go
   criu::Operation op = criu::MakeOperation(bundle, RESTORE, criu::RestoreOptions(plan, features),
                                            run.reaper.reaper_pid, std::chrono::seconds(options.timeout_s),
                                            logs + "/" + log_name);
@@ -202,13 +216,6 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
       GPUSNAP_ASSIGN_OR_RETURN(pid_t p, proc::WaitForNsPid(run.reaper.reaper_pid, ns_pid));
       gpu_pids.push_back(p);
     }
-  }
-  if (verify_alongside) {
-    // Verified: the tasks CRIU left stopped go on, but for the GPU processes,
-    // which stay stopped for the GPU steps, as they were dumped.
-    for (pid_t p : proc::Tree(run.reaper.reaper_pid))
-      if (p != run.reaper.reaper_pid && std::find(gpu_pids.begin(), gpu_pids.end(), p) == gpu_pids.end())
-        ::kill(p, SIGCONT);
   }
   phases.Done();
 
@@ -241,20 +248,25 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
                             0, 0, false});
       }
       PauseIfRequested("gpushare-load");
-      Status loaded = control::LoadAll(procs, store.root(), gpu_dir, phases.timings());
+      Status loaded = control::LoadAll(procs, store.root(), gpu_dir, control::AfterLoad::kHold, phases.timings());
       preloaded.reset();  // what the processes adopted is theirs now
       run.chunk_lock.reset();
       GPUSNAP_RETURN_IF_ERROR(loaded.Wrap(fmt::format("restore of `{}` failed", meta.id)));
       GPUSNAP_RETURN_IF_ERROR(InjectedFailure("gpushare-load"));
       phases.Done();
+      run.held_shims = std::move(procs);
     }
   }
 
   // 5. Record it: the point of no return.
   GPUSNAP_ASSIGN_OR_RETURN(pid_t host_pid, proc::WaitForNsPid(run.reaper.reaper_pid, resp->restore().pid()));
   GPUSNAP_ASSIGN_OR_RETURN(auto stat, proc::ReadStat(host_pid));
+  PauseIfRequested("record");
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("record"));
   GPUSNAP_RETURN_IF_ERROR(ns::CommitHold(run.reaper));
+  phases.Start(meta.gpu && meta.gpu->gpushare ? "gpushare-resume" : "let-go");
+  GPUSNAP_RETURN_IF_ERROR(run.LetGo(gpu_pids).Wrap(fmt::format("restore of `{}` failed", meta.id)));
+  phases.Done();
   Workload& w = result.workload;
   w.name = name;
   w.pid = host_pid;

@@ -159,6 +159,23 @@ class GpusnapCase(unittest.TestCase):
                 out.append(f"--- {name}\n{f.read()[-3000:]}")
         return "\n".join(out)
 
+    def paused(self, args, phase, env=None):
+        """`gpusnap ARGS` stopped at `phase` (GPUSNAP_TEST_PAUSE_AT): it goes on
+        once the returned resume file exists, or waits there to be killed."""
+        resume = os.path.join(self.tmp, f"resume-{phase}-{time.monotonic_ns()}")
+        env = dict(env or self.env, GPUSNAP_TEST_PAUSE_AT=phase, GPUSNAP_TEST_RESUME_FILE=resume)
+        proc = subprocess.Popen([GPUSNAP, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.addCleanup(proc.stdout.close)
+        self.addCleanup(proc.stderr.close)
+        line, deadline = "", time.time() + 60
+        while time.time() < deadline and f"paused at {phase}" not in line:
+            line = proc.stderr.readline()
+            if not line and proc.poll() is not None:
+                break
+        self.assertIn(f"paused at {phase}", line)
+        return proc, resume
+
     def tmp_dirs(self):
         d = os.path.join(self.store, "snapshots")
         return [n for n in os.listdir(d) if n.startswith(".tmp-")] if os.path.isdir(d) else []

@@ -65,14 +65,7 @@ class FailedCheckpoints(GpusnapCase):
 
     def _kill_at(self, phase, name):
         pid = self.run_counter(name)
-        env = dict(self.env, GPUSNAP_TEST_PAUSE_AT=phase)
-        proc = subprocess.Popen([GPUSNAP, "checkpoint", name], env=env, stderr=subprocess.PIPE, text=True)
-        self.addCleanup(proc.stderr.close)
-        line = ""
-        deadline = time.time() + 30
-        while time.time() < deadline and f"paused at {phase}" not in line:
-            line = proc.stderr.readline()
-        self.assertIn(f"paused at {phase}", line)
+        proc, _ = self.paused(["checkpoint", name], phase)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         return pid
@@ -194,21 +187,6 @@ class RemoveRacingACheckpoint(GpusnapCase):
     """Issue 13: `gpusnap rm` of a snapshot whose checkpoint has published it
     but not finished (CRIU still writes stats-dump into it) once left
     `.tmp-rm-<id>/` behind."""
-
-    def paused(self, args, phase):
-        """`gpusnap ARGS` stopped at `phase`; it goes on when `resume` exists."""
-        resume = os.path.join(self.tmp, f"resume-{phase}")
-        env = dict(self.env, GPUSNAP_TEST_PAUSE_AT=phase, GPUSNAP_TEST_RESUME_FILE=resume)
-        proc = subprocess.Popen([GPUSNAP, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.addCleanup(lambda: proc.poll() is None and proc.kill())
-        line = ""
-        deadline = time.time() + 60
-        while time.time() < deadline and f"paused at {phase}" not in line:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                break
-        self.assertIn(f"paused at {phase}", line)
-        return proc, resume
 
     def test_rm_waits_for_the_checkpoint_to_finish_and_leaves_nothing(self):
         pid = self.run_counter("race")

@@ -246,8 +246,15 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
                 while self.workers() and time.time() < end:
                     time.sleep(0.1)
                 self.assertEqual(self.workers(), [])
+        # Loaded, the work stays held until the restore is recorded.
         self.set_device_state(2)
-        self.restore(snap)
+        at_dump = len(self.steps())
+        proc, resume = self.paused(["restore", snap], "record", self.gpu_env)
+        time.sleep(1)
+        self.assertEqual(len(self.steps()), at_dump)
+        open(resume, "w").close()
+        _, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
         self.assert_goes_on()
 
     def test_restore_refuses_a_missing_chunk_before_anything_starts(self):
@@ -352,22 +359,11 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
             self.assertIn(self.manifest(snap2), p.stderr)
         self.assertEqual(self.chunk_files(), before)
 
-    def paused_at(self, phase, *args):
-        """`gpusnap ARGS` stopped at `phase` (GPUSNAP_TEST_PAUSE_AT), waiting to be killed."""
-        proc = subprocess.Popen([GPUSNAP, *args], env=dict(self.gpu_env, GPUSNAP_TEST_PAUSE_AT=phase),
-                                stderr=subprocess.PIPE, text=True)
-        self.addCleanup(proc.stderr.close)
-        line, deadline = "", time.time() + 60
-        while time.time() < deadline and f"paused at {phase}" not in line:
-            line = proc.stderr.readline()
-        self.assertIn(f"paused at {phase}", line)
-        return proc
-
     def test_gc_does_not_run_while_a_checkpoint_writes_chunks(self):
         self.start()
         # The checkpoint stops with its chunks written and its manifest not
         # yet published: it holds the chunk store lock shared.
-        proc = self.paused_at("post-dump", "checkpoint", "vmm")
+        proc, _ = self.paused(["checkpoint", "vmm"], "post-dump", self.gpu_env)
         chunks = self.chunk_files()
         self.assertEqual(len(chunks), 3)
         p = self.gs("gc", "--wait-s", "1", check=False)
@@ -387,7 +383,7 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         snap = self.checkpoint("vmm")
         chunks = self.chunk_files()
         # The restore stops before its load, holding the chunk store lock shared.
-        proc = self.paused_at("gpushare-load", "restore", snap)
+        proc, _ = self.paused(["restore", snap], "gpushare-load", self.gpu_env)
         # Its snapshot removed meanwhile: its chunks stay while it loads.
         self.gs("rm", snap, "--no-agent", check=False)
         p = self.gs("gc", "--wait-s", "1", check=False)

@@ -69,6 +69,29 @@ class UndoWithFakeDriver(FakeGpuCase):
         self.assertEqual([w["name"] for w in self.workloads() if w["running"]], ["copy"])
 
 
+class RestoreHoldsTheTreeUntilRecorded(GpusnapCase):
+    def test_no_restored_task_runs_before_the_restore_is_recorded(self):
+        # A restore that fails at its last step must not have let the workload
+        # run again: every task stays stopped until it is recorded.
+        pid = self.run_counter("held")
+        snap = self.checkpoint("held")
+        self.assertTrue(self.wait_gone(pid))
+        proc, resume = self.paused(["restore", snap], "record")
+        tasks = [int(p) for p in subprocess.run(["pgrep", "-f", self.data], capture_output=True,
+                                                text=True).stdout.split() if self.count(int(p)) >= 0]
+        self.assertEqual(len(tasks), 1, tasks)
+        at_dump = self.count(tasks[0])
+        time.sleep(1)
+        with open(f"/proc/{tasks[0]}/stat") as f:
+            self.assertEqual(f.read().rsplit(")", 1)[1].split()[0], "T")  # stopped
+        self.assertEqual(self.count(tasks[0]), at_dump)
+        open(resume, "w").close()
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertEqual(int(out.strip().splitlines()[-1]), tasks[0])
+        self.wait_count(tasks[0], at_dump + 3)
+
+
 class ConcurrentCheckpoints(GpusnapCase):
     def test_a_second_checkpoint_of_a_tree_is_refused_while_one_runs(self):
         pid = self.run_counter("busy")

@@ -179,7 +179,8 @@ Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::strin
 // Load every released process (all of them, or only those the shim says are
 // released), then resume every one.
 Status LoadAndResume(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
-                     const ManifestOf& manifest_of, bool only_released, std::map<std::string, double>& timings) {
+                     const ManifestOf& manifest_of, bool only_released, AfterLoad after,
+                     std::map<std::string, double>& timings) {
   auto t0 = Clock::now();
   std::vector<Status> loaded = OnEach(procs, [&](const ShimProcess& p) -> Status {
     if (only_released) {
@@ -193,6 +194,7 @@ Status LoadAndResume(const std::vector<ShimProcess>& procs, const std::string& c
   auto t_remap = Clock::now();
   GPUSNAP_RETURN_IF_ERROR(RemapShares(procs, manifest_of));
   timings["gpushare-remap"] = SecondsSince(t_remap);
+  if (after == AfterLoad::kHold) return Status::Ok();
   auto t1 = Clock::now();
   Status st = ResumeAll(procs);
   timings["gpushare-resume"] = SecondsSince(t1);
@@ -376,9 +378,9 @@ Status AdoptPreloaded(const std::vector<ShimProcess>& procs, PreloadedMemory& pr
 }
 
 Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store, const std::string& manifest_dir,
-               std::map<std::string, double>& timings) {
+               AfterLoad after, std::map<std::string, double>& timings) {
   return LoadAndResume(procs, chunk_store, [&](const ShimProcess& p) { return ManifestPath(manifest_dir, p); }, false,
-                       timings);
+                       after, timings);
 }
 
 Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids) {
@@ -440,7 +442,8 @@ Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& 
 Status ResumeInPlace(const std::vector<ShimProcess>& procs, const std::string& store,
                      std::map<std::string, double>& timings) {
   GPUSNAP_RETURN_IF_ERROR(LoadAndResume(
-      procs, store, [&](const ShimProcess& p) { return ManifestPath(SuspendedDir(store, p), p); }, true, timings));
+      procs, store, [&](const ShimProcess& p) { return ManifestPath(SuspendedDir(store, p), p); }, true,
+      AfterLoad::kResume, timings));
   // Left behind, a manifest would keep its chunks from `gpusnap gc` for ever.
   for (const ShimProcess& p : procs)
     GPUSNAP_RETURN_IF_ERROR(RemoveTree(SuspendedDir(store, p)).Wrap("the processes run again, but"));

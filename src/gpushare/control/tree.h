@@ -102,10 +102,15 @@ Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chun
 Status AdoptPreloaded(const std::vector<ShimProcess>& procs, PreloadedMemory& preloaded,
                       std::map<std::string, double>& timings);
 
-// Load every process's device memory back, then resume every one (only after
-// all have loaded). Timing: gpushare-load, gpushare-resume.
+// What LoadAll does once every process has loaded: resume them all, or leave
+// their work held for a later ResumeAll (a restore lets nothing run before it
+// is recorded).
+enum class AfterLoad { kResume, kHold };
+
+// Load every process's device memory back, then (only after all have loaded)
+// resume every one or hold them. Timing: gpushare-load, gpushare-resume.
 Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store, const std::string& manifest_dir,
-               std::map<std::string, double>& timings);
+               AfterLoad after, std::map<std::string, double>& timings);
 
 // Before a restore touches anything: every process's manifest in
 // `manifest_dir` decodes, and every chunk it names is in `chunk_store` with
