@@ -33,7 +33,8 @@ import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-DOCKER_REGISTRY = os.environ.get("GPUSNAP_DOCKER_REGISTRY", shutil.which("docker-registry") or "/usr/bin/docker-registry")
+DOCKER_REGISTRY = os.environ.get("GPUSNAP_DOCKER_REGISTRY",
+                                 shutil.which("docker-registry") or "/usr/bin/docker-registry")
 MODES = ("plain", "tls-basic", "tls-token")
 SERVICE = "gpusnap-test-registry"
 ISSUER = "gpusnap-test-token-server"
@@ -61,7 +62,7 @@ def b64url(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def _tail(path, lines=30):
+def log_tail(path, lines=30):
     try:
         with open(path, errors="replace") as f:
             return "".join(f.readlines()[-lines:])
@@ -69,7 +70,7 @@ def _tail(path, lines=30):
         return ""
 
 
-class TestCA:
+class CertAuthority:
     """A CA made by openssl in `directory`, and certificates it signs."""
 
     def __init__(self, directory, name="gpusnap test CA"):
@@ -168,9 +169,8 @@ class TokenServer:
     `log` lists every request as {"user", "scopes", "status"}; requests are
     served on threads, and `log` is appended under `lock`."""
 
-    def __init__(self, ca, cert, key, signer_cert, signer_key, users, service=SERVICE, issuer=ISSUER,
-                 log_path=None):
-        self.ca, self.service, self.issuer = ca, service, issuer
+    def __init__(self, cert, key, signer_cert, signer_key, users, service=SERVICE, issuer=ISSUER, log_path=None):
+        self.service, self.issuer = service, issuer
         self.signer_cert, self.signer_key = signer_cert, signer_key
         self.users = users
         self.lock = threading.Lock()
@@ -183,7 +183,9 @@ class TokenServer:
         ctx.load_cert_chain(cert, key)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+        # The handshake happens on each request's thread, so that a client
+        # that connects and says nothing holds up no other.
+        self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
         self.url = f"https://127.0.0.1:{self._server.server_address[1]}/token"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
@@ -331,7 +333,7 @@ class Registry:
         self.config = os.path.join(self.workdir, "config.json")
         self.port = free_port()
         self.proc = None
-        self.ca_file = self.cert_dir = self.username = self.password = None
+        self.ca = self.ca_file = self.cert_dir = self.username = self.password = None
         self.reader_username = self.reader_password = None
         self.token_server = self.token_url = None
         os.makedirs(self.storage_dir, exist_ok=True)
@@ -343,13 +345,16 @@ class Registry:
             self._set_up_htpasswd()
         elif mode == "tls-token":
             self._set_up_token_server()
-        self._started_once = False
+        self._started_once = self._closed = False
+        # Kept across restarts: upload URLs carry state signed with it, so a
+        # client can resume an upload that a restart interrupted.
+        self._secret = secrets.token_hex(16)
 
     # --- set-up ---------------------------------------------------------------
 
     def _set_up_tls(self):
         tls = os.path.join(self.workdir, "tls")
-        self.ca = TestCA(tls)
+        self.ca = CertAuthority(tls)
         self.ca_file = self.ca.cert
         self.server_cert, self.server_key = self.ca.issue_server()
         self.cert_dir = os.path.join(self.workdir, "certs")
@@ -377,14 +382,14 @@ class Registry:
         self.reader_username, self.reader_password = "gpusnap-reader", secrets.token_urlsafe(12)
         users = {self.username: (self.password, ["pull", "push", "delete"]),
                  self.reader_username: (self.reader_password, ["pull"])}
-        self.token_server = TokenServer(self.ca, self.server_cert, self.server_key, signer_cert, signer_key, users,
+        self.token_server = TokenServer(self.server_cert, self.server_key, signer_cert, signer_key, users,
                                         log_path=os.path.join(self.workdir, "token-server.log"))
         self.token_url = self.token_server.url
         self._auth = {"token": {"realm": self.token_url, "service": SERVICE, "issuer": ISSUER,
                                 "rootcertbundle": bundle}}
 
     def _write_config(self):
-        http = {"addr": self.host, "secret": secrets.token_hex(16)}
+        http = {"addr": self.host, "secret": self._secret}
         if self._tls:
             http["tls"] = self._tls
         config = {"version": "0.1",
@@ -431,6 +436,8 @@ class Registry:
     def start(self):
         """Starts docker-registry and waits until /v2/ answers. The first
         start moves to another free port if the chosen one was taken."""
+        if self._closed:
+            raise RegistryError(f"registry on {self.host} was closed")
         if self.running:
             raise RegistryError(f"registry on {self.host} already running (pid {self.proc.pid})")
         for attempt in range(3):
@@ -440,7 +447,7 @@ class Registry:
                 self._started_once = True
                 return self
             except RegistryError:
-                if self._started_once or attempt == 2 or "address already in use" not in _tail(self.log, 5):
+                if self._started_once or attempt == 2 or "address already in use" not in log_tail(self.log, 5):
                     raise
                 self.port = free_port()
 
@@ -459,7 +466,7 @@ class Registry:
             if self.proc.poll() is not None:
                 code = self.proc.returncode
                 self.proc = None
-                raise RegistryError(f"docker-registry on {self.host} exited ({code}):\n{_tail(self.log)}")
+                raise RegistryError(f"docker-registry on {self.host} exited ({code}):\n{log_tail(self.log)}")
             try:
                 with opener.open(self.url + "/v2/", timeout=2):
                     return
@@ -472,7 +479,7 @@ class Registry:
             if time.monotonic() > deadline:
                 self.stop(sig=signal.SIGKILL)
                 raise RegistryError(f"docker-registry on {self.host} did not answer /v2/ within "
-                                    f"{self.READY_TIMEOUT:.0f} s ({error}):\n{_tail(self.log)}")
+                                    f"{self.READY_TIMEOUT:.0f} s ({error}):\n{log_tail(self.log)}")
             time.sleep(0.05)
 
     def stop(self, sig=signal.SIGTERM, timeout=10.0):
@@ -490,7 +497,8 @@ class Registry:
         self.proc = None
 
     def close(self):
-        """Stops the registry and the token server."""
+        """Stops the registry and the token server, for good."""
+        self._closed = True
         self.stop()
         if self.token_server:
             self.token_server.close()
