@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "gpusnap/distribution.h"
 #include "gpusnap/gc.h"
 #include "gpusnap/progress.h"
 #include "gpusnap/snapshot.h"
@@ -38,7 +39,8 @@ struct CheckpointOptions {
 Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options);
 
 struct RestoreOptions {
-  std::string id;               // REQUIRES: a snapshot in the store
+  std::string id;               // REQUIRES: a snapshot in the store, or a registry reference (pulled first)
+  RegistryAccess registry;      // for a reference
   std::string store;
   std::string name;             // the restored workload's name; default: the source's name
   std::string criu_bundle;

@@ -134,9 +134,13 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
 void AddRestore(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand("restore", "Restore a snapshot into a fresh pid namespace, or a placeholder container's");
   auto opts = std::make_shared<RestoreOptions>();
-  sub->add_option("id", opts->id, "Snapshot id (see `gpusnap ls`)")->required();
+  sub->add_option("id", opts->id,
+                  "Snapshot id (see `gpusnap ls`), or a registry reference host[:port]/repository[:tag|@digest], "
+                  "pulled first")
+      ->required();
   sub->add_option("--store", opts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   sub->add_option("--name", opts->name, "Name of the restored workload (default: the source's)");
+  AddRegistryFlags(*sub, opts->registry);
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap; in-process)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take (in-process)")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log (in-process)");
@@ -152,7 +156,9 @@ void AddRestore(CLI::App& app, Context& ctx) {
   AddAgentFlags(*sub, *agent);
   sub->footer(std::string("Prints the restored workload's host pid. ") + kAgentFooter);
   sub->callback([&ctx, sub, opts, agent] {
-    RunOperation(ctx, *sub, *agent, *opts, "restore", {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus"},
+    RunOperation(ctx, *sub, *agent, *opts, "restore",
+                 {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus", "--registry-config", "--ca-file",
+                  "--plain-http", "--jobs", "--registry-timeout"},
                  RestoreThroughAgent, RestoreHere, PrintRestore);
   });
 }

@@ -40,6 +40,9 @@ void AddWebhook(CLI::App& app, Context& ctx);
 void AddAgent(CLI::App& app, Context& ctx);
 void AddCuda(CLI::App& app, Context& ctx);      // cuda state|lock|checkpoint|...|gpus
 void AddGpushare(CLI::App& app, Context& ctx);  // gpushare state|suspend|resume
+void AddRegistry(CLI::App& app, Context& ctx);  // push, pull
+// --registry-config, --ca-file, --plain-http, --jobs, --registry-timeout
+void AddRegistryFlags(CLI::App& sub, RegistryAccess& access);
 
 // Through the node agent or in-process (agent_client.cc; the rules are in
 // agent/route.h). --agent SOCKET and --no-agent, on the subcommands that may

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   gpusnap::cli::AddCheckpoint(app, ctx);
   gpusnap::cli::AddRestore(app, ctx);
   gpusnap::cli::AddSnapshots(app, ctx);
+  gpusnap::cli::AddRegistry(app, ctx);
   gpusnap::cli::AddVersion(app, ctx);
   gpusnap::cli::AddWebhook(app, ctx);
   gpusnap::cli::AddAgent(app, ctx);

@@ -1,5 +1,7 @@
 // The restore, as DESIGN.md §3 and docs/ARCHITECTURE.md tell it.
 //
+// 0. A registry reference is pulled into the store first (what the store
+//    has already is not fetched again), then restored as any snapshot.
 // 1. Verify the snapshot (schema, every file's digest) and, for a GPU
 //    snapshot, that this machine's driver and GPUs fit, before anything
 //    starts; a GPU snapshot's digests are checked beside CRIU instead, its
@@ -44,6 +46,7 @@
 #include "gpushare/control/tree.h"
 #include "ns/reaper.h"
 #include "proc/proc.h"
+#include "registry/reference.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
 #include "snapshot/tcp_ports.h"
@@ -103,11 +106,24 @@ struct RestoreRun {
 Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases, RestoreRun& run, UndoStack& undo) {
   RestoreResult result;
 
+  // 0. Pull.
+  std::string store_root = options.store.empty() ? DefaultStore() : options.store;
+  std::string id = options.id;
+  if (registry::LooksLikeReference(id)) {
+    GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, Pull({.store = store_root,
+                                                          .reference = options.id,
+                                                          .as_id = "",
+                                                          .access = options.registry,
+                                                          .progress = options.progress}));
+    id = pulled.id;
+    phases.timings()["pull"] = pulled.seconds;  // its progress told as it went
+  }
+
   // 1. Verify.
   phases.Start("verify");
-  GPUSNAP_ASSIGN_OR_RETURN(run.store, Store::Open(options.store.empty() ? DefaultStore() : options.store, false));
+  GPUSNAP_ASSIGN_OR_RETURN(run.store, Store::Open(store_root, false));
   const Store& store = *run.store;
-  GPUSNAP_ASSIGN_OR_RETURN(run.meta, store.Load(options.id));
+  GPUSNAP_ASSIGN_OR_RETURN(run.meta, store.Load(id));
   const SnapshotMeta& meta = run.meta;
   // A GPU tree's digests are checked while CRIU restores it, every task left
   // stopped, and nothing of it runs before they all match; any other tree's

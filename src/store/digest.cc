@@ -1,7 +1,6 @@
 #include "store/digest.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,30 +20,7 @@ namespace {
 
 using Sha = std::array<unsigned char, 32>;
 
-class Hasher {
- public:
-  Hasher() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) { EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr); }
-  void Update(const void* data, size_t n) { EVP_DigestUpdate(ctx_.get(), data, n); }
-  Sha Final() {
-    Sha out{};
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_.get(), out.data(), &len);
-    return out;
-  }
-
- private:
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
-};
-
-std::string Hex(const Sha& d) {
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (unsigned char c : d) {
-    s.push_back(kHex[c >> 4]);
-    s.push_back(kHex[c & 15]);
-  }
-  return s;
-}
+std::string Hex(const Sha& d) { return HexOf(d.data(), d.size()); }
 
 struct File {
   std::string name;
@@ -59,6 +35,7 @@ struct Task {
 };
 
 }  // namespace
+
 
 Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, const std::vector<std::string>& names,
                                                       bool sync, unsigned threads, uint64_t chunk_bytes) {
@@ -96,7 +73,7 @@ Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, c
       uint64_t off = tasks[t].chunk * chunk_bytes, end = std::min(f.size, off + chunk_bytes);
       Status st;
       if (sync && tasks[t].chunk == 0 && ::fsync(f.fd.get()) != 0) st = Status::Errno(errno, "syncing `{}`", f.name);
-      Hasher h;
+      Sha256 h;
       while (st.ok() && off < end) {
         ssize_t r = ::pread(f.fd.get(), buf.data(), std::min<uint64_t>(buf.size(), end - off), static_cast<off_t>(off));
         if (r < 0 && errno == EINTR) continue;
@@ -130,7 +107,7 @@ Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, c
     if (f.chunks.size() == 1) {
       d.sha256 = Hex(f.chunks[0]);
     } else {
-      Hasher top;
+      Sha256 top;
       for (const auto& c : f.chunks) top.Update(c.data(), c.size());
       d.sha256 = Hex(top.Final());
     }

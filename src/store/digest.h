@@ -15,6 +15,7 @@
 
 #include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
+#include "store/sha256.h"
 
 namespace gpusnap {
 

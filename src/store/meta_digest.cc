@@ -1,11 +1,11 @@
 #include "store/meta_digest.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <vector>
+
+#include "store/sha256.h"
 
 namespace gpusnap {
 
@@ -124,17 +124,7 @@ Result<std::string> CanonicalMeta(std::string_view text) {
 
 Result<std::string> MetaDigest(std::string_view text) {
   GPUSNAP_ASSIGN_OR_RETURN(std::string canonical, CanonicalMeta(text));
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  if (EVP_Digest(canonical.data(), canonical.size(), digest, &n, EVP_sha256(), nullptr) != 1)
-    return Status::Error(Code::kInternal, "SHA-256 of the metadata failed");
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
+  return Sha256Hex(canonical);
 }
 
 }  // namespace gpusnap

@@ -1,0 +1,64 @@
+// Snapshots that travel: push a snapshot of the local store to an OCI
+// registry as an artifact, pull one into the store (docs/DISTRIBUTION.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gpusnap/progress.h"
+#include "gpusnap/status.h"
+
+namespace gpusnap {
+
+// How to reach a registry.
+struct RegistryAccess {
+  std::string credentials_file;  // a docker config.json; empty: $DOCKER_CONFIG, then ~/.docker
+  std::string ca_file;           // verify TLS against this CA only; empty: the system's CAs
+  bool plain_http = false;       // HTTP instead of HTTPS, only when asked
+  int timeout_s = 60;            // per request, between bytes
+  int jobs = 4;                  // blobs moved at once
+};
+
+struct PushOptions {
+  std::string store;
+  std::string id;         // a snapshot in the store
+  std::string reference;  // host[:port]/repository[:tag]
+  std::string mount_from; // another repository of the same registry that may hold the blobs
+  RegistryAccess access;
+  ProgressFn progress;
+};
+
+struct TransferResult {
+  std::string id;               // the snapshot, in the local store
+  std::string reference;        // as given
+  std::string manifest_digest;  // sha256:...
+  uint64_t blobs = 0;           // in the artifact, config included
+  uint64_t blobs_moved = 0;     // uploaded, or downloaded
+  uint64_t blobs_skipped = 0;   // already there (or mounted from another repository)
+  uint64_t bytes_moved = 0;
+  uint64_t bytes_total = 0;
+  double seconds = 0;
+  bool already_present = false;  // a pull that found the snapshot in the store
+};
+
+// Verifies the snapshot, then uploads the blobs the registry lacks (HEAD
+// first; a blob found in `mount_from`, another repository of the same
+// registry, is mounted instead), then the manifest under the reference's tag.
+Result<TransferResult> Push(const PushOptions& options);
+
+struct PullOptions {
+  std::string store;
+  std::string reference;  // host[:port]/repository[:tag|@digest]
+  std::string as_id;      // the id in the local store; empty: the snapshot's own
+  RegistryAccess access;
+  ProgressFn progress;
+};
+
+// Fetches what the store lacks (chunks already in it are not fetched again),
+// checking every blob's digest as it streams, into a staging directory that
+// survives an interruption (the next pull goes on from there), then publishes
+// the snapshot at once. Two pulls of one manifest on one store take turns:
+// the second finds the snapshot in place.
+Result<TransferResult> Pull(const PullOptions& options);
+
+}  // namespace gpusnap

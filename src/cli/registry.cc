@@ -1,0 +1,100 @@
+// gpusnap push / pull: snapshots to and from an OCI registry
+// (docs/DISTRIBUTION.md). `gpusnap restore REF` pulls as it restores.
+#include <cstdio>
+
+#include "cli/cli.h"
+#include "cli/progress.h"
+#include "gpusnap/distribution.h"
+
+namespace gpusnap::cli {
+
+namespace {
+
+nlohmann::json TransferJson(const TransferResult& r) {
+  return {{"id", r.id},
+          {"reference", r.reference},
+          {"digest", r.manifest_digest},
+          {"blobs", r.blobs},
+          {"blobs_moved", r.blobs_moved},
+          {"blobs_skipped", r.blobs_skipped},
+          {"bytes_moved", r.bytes_moved},
+          {"bytes_total", r.bytes_total},
+          {"seconds", r.seconds},
+          {"already_present", r.already_present}};
+}
+
+void PrintTransfer(const Context& ctx, const char* verb, const TransferResult& r) {
+  if (ctx.json) return ctx.PrintJson(TransferJson(r));
+  if (!ctx.quiet) {
+    if (r.already_present)
+      std::fprintf(stderr, "[%s] %s is already in the store\n", verb, r.id.c_str());
+    else
+      std::fprintf(stderr, "[%s] %s: %llu of %llu blobs moved (%s), %llu already there, in %.2f s\n", verb,
+                   r.id.c_str(), static_cast<unsigned long long>(r.blobs_moved),
+                   static_cast<unsigned long long>(r.blobs), HumanBytes(r.bytes_moved).c_str(),
+                   static_cast<unsigned long long>(r.blobs_skipped), r.seconds);
+  }
+  // push: the digest names what was pushed for good; pull: the local id.
+  std::printf("%s\n", std::string(verb) == "push" ? r.manifest_digest.c_str() : r.id.c_str());
+}
+
+}  // namespace
+
+void AddRegistryFlags(CLI::App& sub, RegistryAccess& access) {
+  sub.add_option("--registry-config", access.credentials_file,
+                 "Registry credentials: a docker-style config.json (default $DOCKER_CONFIG/config.json, then "
+                 "~/.docker/config.json)")
+      ->check(CLI::ExistingFile);
+  sub.add_option("--ca-file", access.ca_file, "Verify the registry's TLS certificate against this CA only")
+      ->check(CLI::ExistingFile);
+  sub.add_flag("--plain-http", access.plain_http, "Speak plain HTTP to the registry (no TLS)");
+  sub.add_option("--jobs", access.jobs, "Blobs moved at once")->capture_default_str()->check(CLI::Range(1, 64));
+  sub.add_option("--registry-timeout", access.timeout_s, "Seconds a registry request may stall")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
+}
+
+void AddRegistry(CLI::App& app, Context& ctx) {
+  auto* push = app.add_subcommand("push", "Push a snapshot of the store to an OCI registry");
+  auto popts = std::make_shared<PushOptions>();
+  push->add_option("id", popts->id, "Snapshot id (see `gpusnap ls`)")->required();
+  push->add_option("reference", popts->reference, "Where to: host[:port]/repository[:tag] (tag default: latest)")
+      ->required();
+  push->add_option("--store", popts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
+  push->add_option("--mount-from", popts->mount_from,
+                   "Another repository of the same registry that may hold the blobs: mounted, not uploaded");
+  AddRegistryFlags(*push, popts->access);
+  push->footer("Uploads only the blobs the registry lacks, then the manifest. Prints the manifest's digest.");
+  push->callback([&ctx, popts] {
+    PushOptions o = *popts;
+    if (o.store.empty()) o.store = DefaultStore();
+    ProgressDisplay progress(ctx, "push");
+    o.progress = progress.Fn();
+    auto r = Push(o);
+    progress.Finish(r.ok());
+    if (!r.ok()) return ctx.Fail(r.status());
+    PrintTransfer(ctx, "push", *r);
+  });
+
+  auto* pull = app.add_subcommand("pull", "Pull a snapshot from an OCI registry into the store");
+  auto qopts = std::make_shared<PullOptions>();
+  pull->add_option("reference", qopts->reference, "host[:port]/repository[:tag|@sha256:digest]")->required();
+  pull->add_option("--as", qopts->as_id, "Its id in the store (default: the snapshot's own)");
+  pull->add_option("--store", qopts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
+  AddRegistryFlags(*pull, qopts->access);
+  pull->footer(
+      "Fetches only what the store lacks, checks every digest, and publishes the snapshot at once; an interrupted "
+      "pull goes on where it stopped. Prints the snapshot id.");
+  pull->callback([&ctx, qopts] {
+    PullOptions o = *qopts;
+    if (o.store.empty()) o.store = DefaultStore();
+    ProgressDisplay progress(ctx, "pull");
+    o.progress = progress.Fn();
+    auto r = Pull(o);
+    progress.Finish(r.ok());
+    if (!r.ok()) return ctx.Fail(r.status());
+    PrintTransfer(ctx, "pull", *r);
+  });
+}
+
+}  // namespace gpusnap::cli

@@ -1,0 +1,68 @@
+#include "registry/artifact.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace gpusnap::registry {
+namespace {
+
+std::string D(char c) { return BlobDigest(std::string(64, c)); }
+
+Artifact Sample() {
+  Artifact a;
+  a.snapshot_id = "ckpt-1";
+  a.config = {D('c'), 900};
+  a.files = {{"checkpoint/pages-1.img", {D('1'), 4096}}, {"gpu/7.chunks", {D('2'), 120}}};
+  a.chunks = {{std::string(32, 'a'), {D('3'), 64 << 20}}};
+  return a;
+}
+
+TEST(ArtifactTest, TheManifestReadsBackAsItWasWritten) {
+  std::string bytes = ManifestJson(Sample());
+  auto m = nlohmann::json::parse(bytes);
+  EXPECT_EQ(m["artifactType"], kArtifactType);
+  EXPECT_EQ(m["config"]["mediaType"], kConfigMediaType);
+  EXPECT_EQ(m["layers"][0]["annotations"][kTitleAnnotation], "checkpoint/pages-1.img");
+  EXPECT_EQ(m["layers"][2]["annotations"][kChunkAnnotation], std::string(32, 'a'));
+  auto back = ParseManifest(bytes, kManifestMediaType, "r");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, Sample());
+}
+
+std::string Edited(const std::function<void(nlohmann::json&)>& edit) {
+  auto m = nlohmann::json::parse(ManifestJson(Sample()));
+  edit(m);
+  return m.dump();
+}
+
+TEST(ArtifactTest, RefusesWhatIsNotOurArtifactNamingWhy) {
+  struct Case {
+    std::string bytes;
+    const char* why;
+  } cases[] = {
+      {"[1]", "not a JSON object"},
+      {R"({"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]})", "image index"},
+      {Edited([](auto& m) {
+         m.erase("artifactType");
+         m["config"]["mediaType"] = "application/vnd.oci.image.config.v1+json";
+       }), "container image"},
+      {Edited([](auto& m) { m["artifactType"] = "application/vnd.other"; }), "`application/vnd.other`"},
+      {Edited([](auto& m) { m["layers"][0]["annotations"][kTitleAnnotation] = "../../etc/passwd"; }), "`../../etc/passwd`"},
+      {Edited([](auto& m) { m["layers"][0]["annotations"][kTitleAnnotation] = "/etc/passwd"; }), "not a relative path"},
+      {Edited([](auto& m) { m["layers"][1]["annotations"][kTitleAnnotation] = "checkpoint/pages-1.img"; }), "twice"},
+      {Edited([](auto& m) { m["layers"][0]["digest"] = "md5:abc"; }), "md5:abc"},
+      {Edited([](auto& m) { m["layers"][2]["annotations"][kChunkAnnotation] = "zz"; }), "not 32 hex"},
+      {Edited([](auto& m) { m["layers"][2]["mediaType"] = "application/x-tar"; }), "`application/x-tar`"},
+      {Edited([](auto& m) { m["layers"][0].erase("size"); }), "no size"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseManifest(c.bytes, kManifestMediaType, "host/repo:v1");
+    ASSERT_FALSE(r.ok()) << c.why;
+    EXPECT_NE(r.status().message().find(c.why), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("host/repo:v1"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace gpusnap::registry

@@ -1,0 +1,155 @@
+// gpusnap push: a snapshot of the store to a registry, as the artifact of
+// artifact.h. Blobs first (each hashed, checked with HEAD, mounted or
+// uploaded), the manifest last: a registry never holds a manifest whose blobs
+// it lacks, and a push cut off part-way is completed by the next, which finds
+// the blobs already there.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "gpushare/common/chunk_store.h"
+#include "gpusnap/distribution.h"
+#include "registry/artifact.h"
+#include "registry/client.h"
+#include "registry/reference.h"
+#include "registry/snapshot_blobs.h"
+#include "registry/transfer.h"
+#include "store/layout.h"
+#include "store/sha256.h"
+#include "store/store.h"
+#include "util/fd.h"
+#include "util/files.h"
+
+namespace gpusnap {
+
+namespace {
+
+using registry::Blob;
+
+// One blob to push: a file (or the config's bytes) and, once hashed, its descriptor.
+struct PushItem {
+  std::string path;   // the file; empty for the config
+  std::string bytes;  // the config's
+  Blob blob;
+};
+
+Status PushOne(registry::RegistryClient& client, const std::string& repo, const std::string& mount_from,
+               PushItem& item, registry::TransferMeter& meter) {
+  if (item.path.empty()) {
+    item.blob = {registry::BlobDigest(Sha256Hex(item.bytes)), item.bytes.size()};
+  } else {
+    GPUSNAP_ASSIGN_OR_RETURN(std::string hex, Sha256OfFile(item.path));
+    struct stat st{};
+    if (::stat(item.path.c_str(), &st) != 0) return Status::Errno(errno, "`{}`", item.path);
+    item.blob = {registry::BlobDigest(hex), static_cast<uint64_t>(st.st_size)};
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(bool there, client.HasBlob(repo, item.blob));
+  if (!there && !mount_from.empty()) {
+    GPUSNAP_ASSIGN_OR_RETURN(there, client.MountBlob(repo, mount_from, item.blob));
+  }
+  if (there) {
+    meter.BlobSkipped(item.blob.size);
+    return Status::Ok();
+  }
+  UniqueFd fd;
+  if (!item.path.empty()) {
+    fd = UniqueFd(::open(item.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd.valid()) return Status::Errno(errno, "opening `{}`", item.path);
+  }
+  auto read = [&item, &fd](uint64_t offset, char* buf, size_t n) {
+    if (!fd.valid()) {
+      if (offset + n > item.bytes.size()) return false;
+      std::memcpy(buf, item.bytes.data() + offset, n);
+      return true;
+    }
+    size_t done = 0;
+    while (done < n) {
+      ssize_t got = ::pread(fd.get(), buf + done, n - done, static_cast<off_t>(offset + done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      done += static_cast<size_t>(got);
+    }
+    return true;
+  };
+  GPUSNAP_RETURN_IF_ERROR(client.UploadBlob(repo, item.blob, read, [&meter](uint64_t n) { meter.Moved(n); })
+                              .Wrap(item.path.empty() ? "gpusnap.json" : item.path));
+  meter.BlobMoved();
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<TransferResult> Push(const PushOptions& o) {
+  // 1. What to push: a verified snapshot, its files and its chunks.
+  GPUSNAP_ASSIGN_OR_RETURN(registry::Reference ref, registry::ParseReference(o.reference));
+  if (!ref.digest.empty())
+    return Status::Error(Code::kInvalidArgument, "push to `{}`: name a tag, not a digest (the digest is the push's result)",
+                         o.reference);
+  if (!o.mount_from.empty()) {
+    auto from = registry::ParseReference(ref.host + "/" + o.mount_from);
+    if (!from.ok()) return from.status().Wrap("--mount-from");
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(Store store, Store::Open(o.store, false));
+  GPUSNAP_ASSIGN_OR_RETURN(SnapshotMeta meta, store.Load(o.id));
+  auto t_verify = std::chrono::steady_clock::now();
+  GPUSNAP_RETURN_IF_ERROR(store.Verify(meta).Wrap("refusing to push"));
+  if (o.progress)
+    o.progress({"verify", std::chrono::duration<double>(std::chrono::steady_clock::now() - t_verify).count(),
+                meta.total_bytes, true});
+  std::string dir = store.SnapshotDir(meta.id);
+  std::vector<PushItem> items;
+  GPUSNAP_ASSIGN_OR_RETURN(std::string config, ReadFile(dir + "/" + SnapshotFiles::kMetaFile));
+  items.push_back({"", config, {}});
+  uint64_t total = config.size();
+  for (const auto& [path, d] : meta.files) {
+    items.push_back({dir + "/" + path, "", {}});
+    total += d.size;
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(std::set<std::string> chunks, registry::ChunksNamed(dir, meta));
+  GPUSNAP_ASSIGN_OR_RETURN(auto chunk_store, gpushare::ChunkStore::Open(store.root()));
+  std::vector<std::string> chunk_names(chunks.begin(), chunks.end());
+  for (const std::string& hex : chunk_names) {
+    std::string path = gpushare::ChunksDir(store.root()) + "/" + hex.substr(0, 2) + "/" + hex;
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0)
+      return Status::Errno(errno, "refusing to push `{}`: its chunk `{}`", meta.id, path);
+    items.push_back({path, "", {}});
+    total += static_cast<uint64_t>(st.st_size);
+  }
+
+  // 2. The registry: reachable, and the credentials let us in.
+  GPUSNAP_ASSIGN_OR_RETURN(auto client, registry::RegistryClient::Create(ref.host, {o.access.credentials_file,
+                                                                                   o.access.ca_file,
+                                                                                   o.access.plain_http,
+                                                                                   o.access.timeout_s}));
+  GPUSNAP_RETURN_IF_ERROR(client->Ping().Wrap(fmt::format("push to `{}`", o.reference)));
+
+  // 3. The blobs the registry lacks, a few at a time.
+  registry::TransferMeter meter("push", o.progress, items.size(), total);
+  GPUSNAP_RETURN_IF_ERROR(registry::RunEach(items.size(), o.access.jobs, [&](size_t i) {
+                            return PushOne(*client, ref.repository, o.mount_from, items[i], meter);
+                          }).Wrap(fmt::format("push of `{}` to `{}`", meta.id, o.reference)));
+
+  // 4. The manifest, naming them all.
+  registry::Artifact artifact;
+  artifact.snapshot_id = meta.id;
+  artifact.config = items[0].blob;
+  size_t i = 1;
+  for (const auto& [path, _] : meta.files) artifact.files.push_back({path, items[i++].blob});
+  for (const std::string& hex : chunk_names) artifact.chunks.push_back({hex, items[i++].blob});
+  std::string manifest = registry::ManifestJson(artifact);
+  GPUSNAP_ASSIGN_OR_RETURN(std::string digest,
+                           client->PutManifest(ref.repository, ref.tag, manifest, registry::kManifestMediaType));
+  TransferResult result;
+  result.id = meta.id;
+  result.reference = o.reference;
+  result.manifest_digest = digest;
+  meter.Finish(result);
+  return result;
+}
+
+}  // namespace gpusnap
