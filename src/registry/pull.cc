@@ -291,16 +291,16 @@ Result<TransferResult> Pull(const PullOptions& o) {
   GPUSNAP_ASSIGN_OR_RETURN(auto chunks, gpushare::ChunkStore::Open(store.root()));
   uint64_t total = config.size();
   for (const auto& f : artifact.files) total += f.blob.size;
-  std::vector<const ArtifactChunk*> missing;
+  std::vector<const ArtifactChunk*> missing, present;
   for (const auto& c : artifact.chunks) {
     total += c.blob.size;
-    if (::access((gpushare::ChunksDir(store.root()) + "/" + c.xxh3.substr(0, 2) + "/" + c.xxh3).c_str(), F_OK) != 0)
-      missing.push_back(&c);
+    bool here = ::access((gpushare::ChunksDir(store.root()) + "/" + c.xxh3.substr(0, 2) + "/" + c.xxh3).c_str(), F_OK) == 0;
+    (here ? present : missing).push_back(&c);
   }
   registry::TransferMeter meter("pull", o.progress, 1 + artifact.files.size() + artifact.chunks.size(), total);
   meter.BlobMoved();  // the config, fetched above
   meter.Moved(config.size());
-  for (size_t i = missing.size(); i < artifact.chunks.size(); ++i) meter.BlobSkipped(0);
+  for (const ArtifactChunk* c : present) meter.BlobSkipped(c->blob.size);
   Mutex written_mu;
   std::vector<std::string> written_chunks;
   Status fetched = registry::RunEach(artifact.files.size(), o.access.jobs, [&](size_t i) {
