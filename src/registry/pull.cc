@@ -31,6 +31,7 @@
 #include "util/fd.h"
 #include "util/files.h"
 #include "util/lock_file.h"
+#include "util/test_hooks.h"
 
 namespace gpusnap {
 
@@ -306,6 +307,7 @@ Result<TransferResult> Pull(const PullOptions& o) {
   Status fetched = registry::RunEach(artifact.files.size(), o.access.jobs, [&](size_t i) {
     return FetchFile(*client, ref.repository, staging, artifact.files[i], r, meter);
   });
+  PauseIfRequested("pull-chunks");
   if (fetched.ok()) {
     // The manifests the files brought must name only chunks the artifact has.
     auto named = registry::ChunksNamed(staging, meta);

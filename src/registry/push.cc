@@ -23,6 +23,7 @@
 #include "store/store.h"
 #include "util/fd.h"
 #include "util/files.h"
+#include "util/test_hooks.h"
 
 namespace gpusnap {
 
@@ -142,6 +143,7 @@ Result<TransferResult> Push(const PushOptions& o) {
   for (const auto& [path, _] : meta.files) artifact.files.push_back({path, items[i++].blob});
   for (const std::string& hex : chunk_names) artifact.chunks.push_back({hex, items[i++].blob});
   std::string manifest = registry::ManifestJson(artifact);
+  PauseIfRequested("push-manifest");
   GPUSNAP_ASSIGN_OR_RETURN(std::string digest,
                            client->PutManifest(ref.repository, ref.tag, manifest, registry::kManifestMediaType));
   TransferResult result;
