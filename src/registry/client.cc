@@ -109,6 +109,10 @@ Result<std::unique_ptr<httplib::Client>> RegistryClient::Connection(const std::s
       return c;
     }
   }
+  return NewConnection(scheme_host_port);
+}
+
+Result<std::unique_ptr<httplib::Client>> RegistryClient::NewConnection(const std::string& scheme_host_port) const {
   auto c = std::make_unique<httplib::Client>(scheme_host_port);
   if (!c->is_valid()) return Status::Error(Code::kInvalidArgument, "`{}` is not a URL httplib takes", scheme_host_port);
   c->set_connection_timeout(10);
@@ -135,7 +139,9 @@ Result<std::string> RegistryClient::FetchToken(const Challenge& challenge, const
     return Status::Error(Code::kFailedPrecondition,
                          "registry `{}` names token service `{}`, which is not HTTPS (credentials go there only "
                          "over TLS, or with --plain-http)", host_, realm);
-  auto [origin, path] = SplitUrl(realm);
+  auto split = SplitUrl(realm);  // not a structured binding: the lambda below captures it
+  const std::string& origin = split.first;
+  const std::string& path = split.second;
   std::string query;
   auto add = [&query](const char* k, const std::string& v) {
     query += (query.empty() ? "" : "&") + std::string(k) + "=" + PercentEncode(v);
@@ -146,7 +152,8 @@ Result<std::string> RegistryClient::FetchToken(const Challenge& challenge, const
     add("scope", scope.substr(start, end - start));
     start = end + 1;
   }
-  GPUSNAP_ASSIGN_OR_RETURN(auto cli, Connection(origin));
+  // Not from the pool, whose lock the caller holds (the realm may be the registry's own host).
+  GPUSNAP_ASSIGN_OR_RETURN(auto cli, NewConnection(origin));
   httplib::Result r = [&]() -> httplib::Result {
     if (credentials_ && !credentials_->identity_token.empty()) {
       std::string form = query + "&grant_type=refresh_token&client_id=gpusnap&refresh_token=" +

@@ -81,10 +81,11 @@ class RegistryClient {
   RegistryClient(std::string host, ConnectOptions options, std::optional<Credentials> credentials,
                  std::string credentials_source);
   Result<Response> Send(const Request& request);
-  Result<std::string> Authorization(const std::string& scope, bool refresh);
-  Result<std::string> FetchToken(const Challenge& challenge, const std::string& scope);
-  Result<std::unique_ptr<httplib::Client>> Connection(const std::string& scheme_host_port);
-  void GiveBack(std::unique_ptr<httplib::Client> c);
+  Result<std::string> Authorization(const std::string& scope, bool refresh) EXCLUDES(mu_);
+  Result<std::string> FetchToken(const Challenge& challenge, const std::string& scope) REQUIRES(mu_);
+  Result<std::unique_ptr<httplib::Client>> Connection(const std::string& scheme_host_port) EXCLUDES(mu_);
+  Result<std::unique_ptr<httplib::Client>> NewConnection(const std::string& scheme_host_port) const;
+  void GiveBack(std::unique_ptr<httplib::Client> c) EXCLUDES(mu_);
   std::string ErrorOf(const Response& r, const std::string& what) const;
 
   std::string host_;
