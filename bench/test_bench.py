@@ -299,6 +299,29 @@ class Protocol(unittest.TestCase):
 class UnderGpusnap(unittest.TestCase):
     """run_bench.sh end to end, the fake backend checkpointed and restored by the real CRIU."""
 
+    def test_registry_bench_runs_pull_and_curl_side_by_side(self):
+        if not shutil.which("docker-registry") or not shutil.which("curl"):
+            self.skipTest("no docker-registry or curl (apt: docker-registry curl)")
+        tmp = tempfile.mkdtemp(prefix="gpusnap-registry-bench-")
+        try:
+            out = os.path.join(tmp, "registry.json")
+            env = dict(os.environ, GPUSNAP_BIN=GPUSNAP)
+            r = subprocess.run([sys.executable, os.path.join(HERE, "registry_bench.py"), "--store",
+                                os.path.join(tmp, "store"), "--make-fake", "200", "--rounds", "1", "--json", out],
+                               capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            res = benchlib.load(out)
+            self.assertGreater(res["bytes"], 200 << 20)
+            self.assertEqual(len(res["pull_s"]), 1)
+            self.assertEqual(len(res["curl_s"]), 1)
+            self.assertGreater(res["pull_vs_curl"], 0)
+            self.assertIn("pull against curl:", r.stdout)
+            # The second snapshot shares the chunks its model did not change.
+            self.assertLess(res["second_pull"]["bytes_moved"], res["second_pull"]["bytes_total"] / 2)
+            self.assertLess(res["second_push"]["bytes_moved"], res["second_push"]["bytes_total"] / 2)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def test_cycles_and_dropped_caches(self):
         tmp = tempfile.mkdtemp(prefix="gpusnap-bench-e2e-")
         try:
