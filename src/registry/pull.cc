@@ -23,6 +23,7 @@
 #include "registry/client.h"
 #include "registry/reference.h"
 #include "registry/snapshot_blobs.h"
+#include "registry/staged_pull.h"
 #include "registry/transfer.h"
 #include "store/layout.h"
 #include "store/sha256.h"
@@ -157,7 +158,7 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
 // SHA-256 as they stream, then against the XXH3 name the artifact maps it to.
 Status FetchChunk(RegistryClient& client, const std::string& repo, const gpushare::ChunkStore& chunks,
                   const ArtifactChunk& c, const std::string& ref, registry::TransferMeter& meter,
-                  std::vector<std::string>& written_paths, Mutex& written_mu) {
+                  const std::function<void(std::string)>& wrote) {
   if (c.blob.size == 0 || c.blob.size > gpushare::kChunkBytes)
     return Status::Error(Code::kInvalidArgument, "`{}`: chunk {} is {} bytes, not 1..{}", ref, c.xxh3, c.blob.size,
                          gpushare::kChunkBytes);
@@ -182,10 +183,7 @@ Status FetchChunk(RegistryClient& client, const std::string& repo, const gpushar
                          ref, c.blob.digest, c.xxh3, gpushare::DigestHex(name));
   gpushare::SaveStats stats;
   GPUSNAP_RETURN_IF_ERROR(chunks.SaveChunk(buf.data(), have, &stats).status());
-  if (stats.chunks_written) {
-    MutexLock lock(written_mu);
-    written_paths.push_back(chunks.ChunkPath(name));
-  }
+  if (stats.chunks_written) wrote(chunks.ChunkPath(name));
   meter.BlobMoved();
   return Status::Ok();
 }
@@ -221,7 +219,7 @@ Status CheckFilesMatch(const registry::Artifact& a, const SnapshotMeta& meta, co
   return Status::Ok();
 }
 
-Status Publish(const std::string& staging, const std::string& final_dir, const std::string& meta_json) {
+Status PublishStaged(const std::string& staging, const std::string& final_dir, const std::string& meta_json) {
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(staging + "/" + SnapshotFiles::kMetaFile, meta_json));
   std::error_code ec;
   for (const auto& entry : std::filesystem::recursive_directory_iterator(staging, ec))
@@ -238,27 +236,34 @@ Status Publish(const std::string& staging, const std::string& final_dir, const s
 
 }  // namespace
 
-Result<TransferResult> Pull(const PullOptions& o) {
-  // 1. The manifest and the snapshot's metadata, both checked.
-  GPUSNAP_ASSIGN_OR_RETURN(registry::Reference ref, registry::ParseReference(o.reference));
+namespace registry {
+
+Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
+  std::unique_ptr<StagedPull> p(new StagedPull());
+  p->options_ = o;
   const std::string& r = o.reference;
+  // 1. The manifest and the snapshot's metadata, both checked.
+  GPUSNAP_ASSIGN_OR_RETURN(p->ref_, ParseReference(r));
   if (!o.as_id.empty() && !IsValidSnapshotId(o.as_id))
     return Status::Error(Code::kInvalidArgument, "invalid snapshot id `{}` (--as)", o.as_id);
   GPUSNAP_ASSIGN_OR_RETURN(Store store, Store::Open(o.store, true));
-  GPUSNAP_ASSIGN_OR_RETURN(auto client, RegistryClient::Create(ref.host, {o.access.credentials_file, o.access.ca_file,
-                                                                         o.access.plain_http, o.access.timeout_s}));
-  GPUSNAP_ASSIGN_OR_RETURN(registry::Manifest manifest, client->GetManifest(ref.repository, ref.ManifestName()));
-  GPUSNAP_ASSIGN_OR_RETURN(registry::Artifact artifact, registry::ParseManifest(manifest.bytes, manifest.media_type, r));
-  GPUSNAP_ASSIGN_OR_RETURN(std::string config, FetchConfig(*client, ref.repository, artifact.config, r));
+  p->store_root_ = store.root();
+  GPUSNAP_ASSIGN_OR_RETURN(p->client_, RegistryClient::Create(p->ref_.host, {o.access.credentials_file, o.access.ca_file,
+                                                                            o.access.plain_http, o.access.timeout_s}));
+  RegistryClient& client = *p->client_;
+  const std::string& repo = p->ref_.repository;
+  GPUSNAP_ASSIGN_OR_RETURN(Manifest manifest, client.GetManifest(repo, p->ref_.ManifestName()));
+  GPUSNAP_ASSIGN_OR_RETURN(p->artifact_, ParseManifest(manifest.bytes, manifest.media_type, r));
+  GPUSNAP_ASSIGN_OR_RETURN(std::string config, FetchConfig(client, repo, p->artifact_.config, r));
   auto parsed = SnapshotMetaFromJson(config);
   if (!parsed.ok()) return parsed.status().Wrap(fmt::format("`{}`: its gpusnap.json", r));
-  SnapshotMeta meta = std::move(parsed).value();
-  GPUSNAP_RETURN_IF_ERROR(CheckFilesMatch(artifact, meta, r));
-  std::string id = o.as_id.empty() ? meta.id : o.as_id;
-  std::string meta_json = config;
-  if (id != meta.id) {
-    meta.id = id;
-    meta_json = SnapshotMetaToJson(meta);
+  p->meta_ = std::move(parsed).value();
+  GPUSNAP_RETURN_IF_ERROR(CheckFilesMatch(p->artifact_, p->meta_, r));
+  std::string id = o.as_id.empty() ? p->meta_.id : o.as_id;
+  p->meta_json_ = config;
+  if (id != p->meta_.id) {
+    p->meta_.id = id;
+    p->meta_json_ = SnapshotMetaToJson(p->meta_);
   }
 
   // 2. One pull of a manifest at a time; the snapshot may be here already.
@@ -266,84 +271,130 @@ Result<TransferResult> Pull(const PullOptions& o) {
   std::string pulls = store.root() + "/pulls";
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(pulls, 0700));
   GPUSNAP_ASSIGN_OR_RETURN(LockFile turn, TakeTurn(pulls + "/" + hex + ".lock", 3600, o.progress));
-  TransferResult result;
+  p->turn_ = std::move(turn);
+  TransferResult& result = p->result_;
   result.reference = r;
   result.manifest_digest = manifest.digest;
   result.id = id;
+  result.blobs = 1 + p->artifact_.files.size() + p->artifact_.chunks.size();
+  p->final_dir_ = store.SnapshotDir(id);
   if (auto here = store.Load(id); here.ok()) {
-    auto bytes = ReadFile(store.SnapshotDir(id) + "/" + SnapshotFiles::kMetaFile);
-    if (bytes.ok() && *bytes == meta_json) {
-      result.already_present = true;
-      result.blobs = 1 + artifact.files.size() + artifact.chunks.size();
-      return result;
-    }
-    return Status::Error(Code::kAlreadyExists,
-                         "the store already has a snapshot `{}`, not the one `{}` names; pull it with --as NEW-ID", id, r);
+    auto bytes = ReadFile(p->final_dir_ + "/" + SnapshotFiles::kMetaFile);
+    if (!bytes.ok() || *bytes != p->meta_json_)
+      return Status::Error(Code::kAlreadyExists,
+                           "the store already has a snapshot `{}`, not the one `{}` names; pull it with --as NEW-ID",
+                           id, r);
+    result.already_present = true;
+    p->dir_ = p->final_dir_;
+    p->published_ = true;
+    return p;
   }
 
-  // 3. The files, then the chunks their manifests name, a few at a time;
-  // gc leaves the chunks alone until the snapshot names them.
-  std::string staging = pulls + "/" + hex;
-  GPUSNAP_RETURN_IF_ERROR(MakeDirs(staging, 0700));
-  GPUSNAP_ASSIGN_OR_RETURN(auto chunk_lock,
-                           gpushare::control::ChunkStoreLock::Acquire(store.root(),
-                                                                     gpushare::control::ChunkStoreLock::Mode::kShared,
-                                                                     gpushare::control::kChunkWriterWaitMs));
-  GPUSNAP_ASSIGN_OR_RETURN(auto chunks, gpushare::ChunkStore::Open(store.root()));
+  // 3. The files, then the chunks their manifests name, in the order a
+  // restore loads them, a few at a time; gc leaves the chunks alone until
+  // the snapshot names them.
+  p->dir_ = pulls + "/" + hex;
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(p->dir_, 0700));
+  GPUSNAP_ASSIGN_OR_RETURN(p->chunk_lock_, gpushare::control::ChunkStoreLock::Acquire(
+                                               store.root(), gpushare::control::ChunkStoreLock::Mode::kShared,
+                                               gpushare::control::kChunkWriterWaitMs));
+  GPUSNAP_ASSIGN_OR_RETURN(p->chunks_, gpushare::ChunkStore::Open(store.root()));
   uint64_t total = config.size();
-  for (const auto& f : artifact.files) total += f.blob.size;
-  std::vector<const ArtifactChunk*> missing, present;
-  for (const auto& c : artifact.chunks) {
-    total += c.blob.size;
-    bool here = ::access((gpushare::ChunksDir(store.root()) + "/" + c.xxh3.substr(0, 2) + "/" + c.xxh3).c_str(), F_OK) == 0;
-    (here ? present : missing).push_back(&c);
+  for (const auto& f : p->artifact_.files) total += f.blob.size;
+  for (const auto& c : p->artifact_.chunks) total += c.blob.size;
+  p->meter_ = std::make_unique<TransferMeter>("pull", o.progress, result.blobs, total);
+  p->meter_->BlobMoved();  // the config, fetched above
+  p->meter_->Moved(config.size());
+  Status files = p->FetchFiles();
+  if (!files.ok()) {
+    if (files.code() == Code::kIoError) (void)RemoveTree(p->dir_);
+    return files.Wrap(fmt::format("pull of `{}`", r));
   }
-  registry::TransferMeter meter("pull", o.progress, 1 + artifact.files.size() + artifact.chunks.size(), total);
-  meter.BlobMoved();  // the config, fetched above
-  meter.Moved(config.size());
-  for (const ArtifactChunk* c : present) meter.BlobSkipped(c->blob.size);
-  Mutex written_mu;
-  std::vector<std::string> written_chunks;
-  Status fetched = registry::RunEach(artifact.files.size(), o.access.jobs, [&](size_t i) {
-    return FetchFile(*client, ref.repository, staging, artifact.files[i], r, meter);
-  });
   PauseIfRequested("pull-chunks");
-  if (fetched.ok()) {
-    // The manifests the files brought must name only chunks the artifact has.
-    auto named = registry::ChunksNamed(staging, meta);
-    if (!named.ok()) fetched = named.status().Wrap(fmt::format("`{}`", r));
-    std::set<std::string> in_artifact;
-    for (const auto& c : artifact.chunks) in_artifact.insert(c.xxh3);
-    if (fetched.ok())
-      for (const std::string& c : *named)
-        if (!in_artifact.contains(c)) {
-          fetched = Status::Error(Code::kCorruption, "`{}`: its chunk manifests name chunk {}, which it does not hold",
-                                  r, c);
-          break;
-        }
+  // The manifests the files brought must name only chunks the artifact has.
+  GPUSNAP_ASSIGN_OR_RETURN(std::vector<std::string> order, ChunksInLoadOrder(p->dir_, p->meta_));
+  std::map<std::string, const ArtifactChunk*> by_name;
+  for (const auto& c : p->artifact_.chunks) by_name[c.xxh3] = &c;
+  std::vector<const ArtifactChunk*> missing;
+  std::set<std::string> named;
+  for (const std::string& c : order) {
+    auto it = by_name.find(c);
+    if (it == by_name.end())
+      return Status::Error(Code::kCorruption, "`{}`: its chunk manifests name chunk {}, which it does not hold", r, c);
+    named.insert(c);
+    std::string path = gpushare::ChunksDir(store.root()) + "/" + c.substr(0, 2) + "/" + c;
+    if (::access(path.c_str(), F_OK) == 0) {
+      p->meter_->BlobSkipped(it->second->blob.size);
+    } else {
+      missing.push_back(it->second);
+      p->arriving_.insert(c);
+    }
   }
-  if (fetched.ok())
-    fetched = registry::RunEach(missing.size(), o.access.jobs, [&](size_t i) {
-      return FetchChunk(*client, ref.repository, chunks, *missing[i], r, meter, written_chunks, written_mu);
-    });
+  for (const auto& c : p->artifact_.chunks)  // in the artifact, named by no manifest: not needed
+    if (!named.contains(c.xxh3)) p->meter_->BlobSkipped(c.blob.size);
+  p->StartChunks(std::move(missing));
+  return p;
+}
 
+Status StagedPull::FetchFiles() {
+  return RunEach(artifact_.files.size(), options_.access.jobs, [&](size_t i) {
+    return FetchFile(*client_, ref_.repository, dir_, artifact_.files[i], options_.reference, *meter_);
+  });
+}
+
+void StagedPull::StartChunks(std::vector<const ArtifactChunk*> missing) {
+  chunks_thread_ = std::thread([this, missing = std::move(missing)] {
+    chunks_status_ = RunEach(missing.size(), options_.access.jobs, [&](size_t i) {
+      if (cancel_) return Status::Error(Code::kFailedPrecondition, "the pull was stopped");
+      return FetchChunk(*client_, ref_.repository, *chunks_, *missing[i], options_.reference, *meter_,
+                        [this](std::string path) {
+                          MutexLock lock(written_mu_);
+                          written_chunks_.push_back(std::move(path));
+                        });
+    });
+  });
+}
+
+Status StagedPull::WaitForChunks() {
+  if (chunks_thread_.joinable()) chunks_thread_.join();
+  return chunks_status_;
+}
+
+StagedPull::~StagedPull() {
+  cancel_ = true;
+  if (chunks_thread_.joinable()) chunks_thread_.join();
+}
+
+Result<TransferResult> StagedPull::Publish() {
+  if (published_) return result_;
+  Status st = WaitForChunks();
   // 4. Publish: the format checked, gpusnap.json written, one rename.
-  if (fetched.ok()) {
-    auto entries = ListSnapshotEntries(staging);
-    fetched = entries.ok() ? CheckSnapshotEntries(*entries, &meta.files).status() : entries.status();
-    if (fetched.ok()) fetched = Publish(staging, store.SnapshotDir(id), meta_json);
+  if (st.ok()) {
+    auto entries = ListSnapshotEntries(dir_);
+    st = entries.ok() ? CheckSnapshotEntries(*entries, &meta_.files).status() : entries.status();
   }
-  if (!fetched.ok()) {
+  if (st.ok()) st = PublishStaged(dir_, final_dir_, meta_json_);
+  if (!st.ok()) {
     // A full disk (or any filesystem refusal) takes back what this pull
     // wrote; a registry that went away leaves it for the next pull.
-    if (fetched.code() == Code::kIoError) {
-      (void)RemoveTree(staging);
-      for (const std::string& p : written_chunks) ::unlink(p.c_str());
+    if (st.code() == Code::kIoError) {
+      (void)RemoveTree(dir_);
+      MutexLock lock(written_mu_);
+      for (const std::string& path : written_chunks_) ::unlink(path.c_str());
     }
-    return fetched.Wrap(fmt::format("pull of `{}`", r));
+    return st.Wrap(fmt::format("pull of `{}`", options_.reference));
   }
-  meter.Finish(result);
-  return result;
+  published_ = true;
+  dir_ = final_dir_;
+  meter_->Finish(result_);
+  return result_;
+}
+
+}  // namespace registry
+
+Result<TransferResult> Pull(const PullOptions& o) {
+  GPUSNAP_ASSIGN_OR_RETURN(auto staged, registry::StagedPull::Begin(o));
+  return staged->Publish();
 }
 
 }  // namespace gpusnap

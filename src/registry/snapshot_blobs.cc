@@ -1,6 +1,7 @@
 #include "registry/snapshot_blobs.h"
 
 #include "gpushare/common/chunk_manifest.h"
+#include "gpushare/common/chunk_store.h"
 #include "gpushare/control/chunk_gc.h"
 #include "store/layout.h"
 #include "util/files.h"
@@ -15,15 +16,24 @@ std::vector<std::string> ManifestFiles(const SnapshotMeta& meta) {
   return gpushare::control::SnapshotManifests(meta, names);
 }
 
-Result<std::set<std::string>> ChunksNamed(const std::string& dir, const SnapshotMeta& meta) {
-  std::vector<gpushare::ChunkManifest> manifests;
+Result<std::vector<std::string>> ChunksInLoadOrder(const std::string& dir, const SnapshotMeta& meta) {
+  std::vector<std::string> order;
+  std::set<std::string> seen;
   for (const std::string& rel : ManifestFiles(meta)) {
     std::string path = dir + "/" + rel;
     GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
     GPUSNAP_ASSIGN_OR_RETURN(auto m, gpushare::DecodeChunkManifest(bytes, path));
-    manifests.push_back(std::move(m));
+    for (const gpushare::ChunkedAllocation& a : m.allocations)
+      for (const gpushare::ChunkRef& ref : a.chunks)
+        if (std::string hex = gpushare::DigestHex(ref.digest); !ref.zero && seen.insert(hex).second)
+          order.push_back(hex);
   }
-  return gpushare::control::LiveChunks(manifests);
+  return order;
+}
+
+Result<std::set<std::string>> ChunksNamed(const std::string& dir, const SnapshotMeta& meta) {
+  GPUSNAP_ASSIGN_OR_RETURN(auto order, ChunksInLoadOrder(dir, meta));
+  return std::set<std::string>(order.begin(), order.end());
 }
 
 }  // namespace gpusnap::registry

@@ -18,4 +18,8 @@ std::vector<std::string> ManifestFiles(const SnapshotMeta& meta);
 // pull's staging of one) name. Errors name the manifest that does not decode.
 Result<std::set<std::string>> ChunksNamed(const std::string& dir, const SnapshotMeta& meta);
 
+// The same chunks in the order a restore loads them (manifest by manifest,
+// allocation by allocation), each once.
+Result<std::vector<std::string>> ChunksInLoadOrder(const std::string& dir, const SnapshotMeta& meta);
+
 }  // namespace gpusnap::registry

@@ -248,6 +248,15 @@ Status ChunkStore::Load(const ChunkedAllocation& alloc, void* dest, uint64_t des
 Result<ChunkReader> ChunkReader::Open(const ChunkStore& store, const ChunkRef& ref) {
   std::string path = store.ChunkPath(ref.digest);
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid() && errno == ENOENT && store.arrival_wait().count() > 0) {
+    auto deadline = std::chrono::steady_clock::now() + store.arrival_wait();
+    while (!fd.valid() && errno == ENOENT && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    }
+    if (!fd.valid() && errno == ENOENT)
+      return Status::Error(Code::kTimeout, "chunk `{}` did not arrive within {} ms", path, store.arrival_wait().count());
+  }
   if (!fd.valid()) return Status::Errno(errno, "opening chunk `{}`", path);
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return Status::Errno(errno, "reading chunk `{}`", path);

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -98,6 +99,16 @@ class ChunkStore {
   // <root>/chunks/<first 2 hex>/<32 hex>
   std::string ChunkPath(const ChunkDigest& digest) const;
 
+  // This store, whose readers wait up to `wait` for a chunk file that is not
+  // there yet: one a pull is still bringing (it appears whole, by rename).
+  // kTimeout naming the chunk once the wait is over. Default: no wait.
+  ChunkStore WithArrivalWait(std::chrono::milliseconds wait) const {
+    ChunkStore c = *this;
+    c.arrival_wait_ = wait;
+    return c;
+  }
+  std::chrono::milliseconds arrival_wait() const { return arrival_wait_; }
+
   // Cuts `size` bytes at `data` into chunks and stores the ones that are
   // neither zero nor present. Returns the allocation (va, size, device and
   // its chunk refs). REQUIRES: `data` readable for `size` bytes (any
@@ -128,6 +139,7 @@ class ChunkStore {
   Status ReadChunk(const ChunkRef& ref, char* dest) const;
   std::string root_;
   DirectIo direct_io_ = DirectIo::kOff;
+  std::chrono::milliseconds arrival_wait_{0};
 };
 
 // Reads one stored chunk in pieces and checks its digest as the bytes go by:

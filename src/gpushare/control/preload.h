@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <future>
 #include <map>
@@ -51,7 +52,8 @@ class PreloadedMemory {
   // (kCorruption, kIoError), the driver (kExternal), a chunk (kCorruption).
   static Result<PreloadedMemory> Make(const std::string& libcuda, const std::string& chunk_store,
                                       const std::vector<PreloadTarget>& targets, const PreloadDevice& device_for,
-                                      unsigned threads);
+                                      unsigned threads,
+                                      std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0));
 
   PreloadedMemory(PreloadedMemory&&) = default;
   PreloadedMemory& operator=(PreloadedMemory&&) = default;
@@ -86,7 +88,10 @@ using PendingPreload = std::future<Timed<Result<PreloadedMemory>>>;
 // in `manifest_dir`) on a thread of its own, with
 // GPUSNAP_GPUSHARE_PRELOAD_THREADS copy threads (12). With
 // GPUSNAP_GPUSHARE_PRELOAD=0 it starts nothing: the shims' load does it all.
+// `arrival_wait`: how long a chunk not yet in the store may take to arrive
+// (a restore that pulls as it goes); 0: none.
 PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
-                            const std::vector<int>& ns_pids, PreloadDevice device_for);
+                            const std::vector<int>& ns_pids, PreloadDevice device_for,
+                            std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0));
 
 }  // namespace gpusnap::gpushare::control

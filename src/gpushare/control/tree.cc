@@ -383,7 +383,8 @@ Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_s
                        after, timings);
 }
 
-Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids) {
+Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids,
+                      const std::set<std::string>& arriving) {
   for (int ns_pid : ns_pids) {
     std::string path = ManifestPath(manifest_dir, {0, ns_pid, ""});
     GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
@@ -391,7 +392,7 @@ Status CheckManifests(const std::string& chunk_store, const std::string& manifes
     GPUSNAP_ASSIGN_OR_RETURN(ChunkStore store, ChunkStore::Open(chunk_store));
     for (const ChunkedAllocation& a : manifest.allocations) {
       for (const ChunkRef& ref : a.chunks) {
-        if (ref.zero) continue;
+        if (ref.zero || arriving.contains(DigestHex(ref.digest))) continue;
         std::string chunk = store.ChunkPath(ref.digest);
         struct stat st{};
         if (::stat(chunk.c_str(), &st) != 0)

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string_view>
 #include <string>
 #include <vector>
@@ -114,8 +115,10 @@ Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_s
 
 // Before a restore touches anything: every process's manifest in
 // `manifest_dir` decodes, and every chunk it names is in `chunk_store` with
-// its size (the bytes are checked against their digests as they load).
-Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids);
+// its size (the bytes are checked against their digests as they load), but
+// for those in `arriving` (32 hex; a pull still brings them).
+Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids,
+                      const std::set<std::string>& arriving = {});
 
 // `gpusnap gpushare suspend|resume`: the processes `pids` (each must load the
 // shim) give up their device memory in place, into `store`'s chunk store with
