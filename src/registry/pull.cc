@@ -346,13 +346,23 @@ void StagedPull::StartChunks(std::vector<const ArtifactChunk*> missing) {
   chunks_thread_ = std::thread([this, missing = std::move(missing)] {
     chunks_status_ = RunEach(missing.size(), options_.access.jobs, [&](size_t i) {
       if (cancel_) return Status::Error(Code::kFailedPrecondition, "the pull was stopped");
-      return FetchChunk(*client_, ref_.repository, *chunks_, *missing[i], options_.reference, *meter_,
-                        [this](std::string path) {
-                          MutexLock lock(written_mu_);
-                          written_chunks_.push_back(std::move(path));
-                        });
+      Status st = FetchChunk(*client_, ref_.repository, *chunks_, *missing[i], options_.reference, *meter_,
+                             [this](std::string path) {
+                               MutexLock lock(written_mu_);
+                               written_chunks_.push_back(std::move(path));
+                             });
+      if (!st.ok()) {
+        MutexLock lock(failure_mu_);
+        if (first_failure_.ok()) first_failure_ = st;
+      }
+      return st;
     });
   });
+}
+
+Status StagedPull::ChunkFailure() const {
+  MutexLock lock(failure_mu_);
+  return first_failure_;
 }
 
 Status StagedPull::WaitForChunks() {

@@ -46,6 +46,9 @@ class StagedPull {
 
   // Every chunk arrived (or the first failure).
   Status WaitForChunks();
+  // OK while the chunks arrive or once all have; a chunk's failure as soon
+  // as there is one. Thread-safe.
+  Status ChunkFailure() const;
   // Waits for the chunks, checks the staging against the format, and
   // publishes it. A filesystem that refused (a full disk) takes back what
   // the pull wrote.
@@ -73,6 +76,8 @@ class StagedPull {
   Mutex written_mu_;
   std::vector<std::string> written_chunks_ GUARDED_BY(written_mu_);
   std::atomic<bool> cancel_{false};
+  mutable Mutex failure_mu_;
+  Status first_failure_ GUARDED_BY(failure_mu_);
   Status chunks_status_;
   std::thread chunks_thread_;
   bool published_ = false;

@@ -1,7 +1,9 @@
 // The restore, as DESIGN.md §3 and docs/ARCHITECTURE.md tell it.
 //
-// 0. A registry reference is pulled into the store first (what the store
-//    has already is not fetched again), then restored as any snapshot.
+// 0. A registry reference: its files are pulled (what the store has is not
+//    fetched again) into a staging directory the restore reads from, its
+//    gpushare chunks arrive beside the steps that follow, in the order the
+//    preload copies them; the snapshot joins the store at step 5.
 // 1. Verify the snapshot (schema, every file's digest) and, for a GPU
 //    snapshot, that this machine's driver and GPUs fit, before anything
 //    starts; a GPU snapshot's digests are checked beside CRIU instead, its
@@ -47,6 +49,7 @@
 #include "ns/reaper.h"
 #include "proc/proc.h"
 #include "registry/reference.h"
+#include "registry/staged_pull.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
 #include "snapshot/tcp_ports.h"
@@ -67,6 +70,10 @@ namespace control = gpushare::control;
 // What the steps find and leave for the steps after them and for the undo.
 struct RestoreRun {
   std::optional<Store> store;
+  // A reference's, published when the restore is recorded; before the preload,
+  // which waits on its chunks, so that it outlives it.
+  std::unique_ptr<registry::StagedPull> pull;
+  std::string dir;  // the snapshot's files: in the store, or the pull's staging (read beside by the digests)
   SnapshotMeta meta;
   std::future<Timed<Status>> digests;  // a GPU snapshot's, checked beside CRIU
   std::shared_ptr<cuda::Driver> driver;  // shared: a driver call that never returns keeps it alive past ours
@@ -76,6 +83,8 @@ struct RestoreRun {
   ns::SpawnedReaper reaper;
   bool into_container = false;
   std::vector<control::ShimProcess> held_shims;  // gpushare: loaded, their work held until the tree goes
+
+  std::set<std::string> Arriving() const { return pull ? pull->arriving() : std::set<std::string>(); }
 
   // The tasks CRIU left stopped go on, but for the GPU processes, which the
   // GPU step already let run; gpushare's held work goes.
@@ -106,33 +115,38 @@ struct RestoreRun {
 Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases, RestoreRun& run, UndoStack& undo) {
   RestoreResult result;
 
-  // 0. Pull.
+  // 0. Pull what the store lacks: the files now, the chunks beside what follows.
   std::string store_root = options.store.empty() ? DefaultStore() : options.store;
-  std::string id = options.id;
-  if (registry::LooksLikeReference(id)) {
-    GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, Pull({.store = store_root,
-                                                          .reference = options.id,
-                                                          .as_id = "",
-                                                          .access = options.registry,
-                                                          .progress = options.progress}));
-    id = pulled.id;
-    phases.timings()["pull"] = pulled.seconds;  // its progress told as it went
+  if (registry::LooksLikeReference(options.id)) {
+    auto t = std::chrono::steady_clock::now();
+    GPUSNAP_ASSIGN_OR_RETURN(run.pull, registry::StagedPull::Begin({.store = store_root,
+                                                                   .reference = options.id,
+                                                                   .as_id = "",
+                                                                   .access = options.registry,
+                                                                   .progress = options.progress}));
+    phases.timings()["pull-files"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   }
 
   // 1. Verify.
   phases.Start("verify");
   GPUSNAP_ASSIGN_OR_RETURN(run.store, Store::Open(store_root, false));
   const Store& store = *run.store;
-  GPUSNAP_ASSIGN_OR_RETURN(run.meta, store.Load(id));
+  if (run.pull) {
+    run.meta = run.pull->meta();
+    run.dir = run.pull->dir();
+  } else {
+    GPUSNAP_ASSIGN_OR_RETURN(run.meta, store.Load(options.id));
+    run.dir = store.SnapshotDir(run.meta.id);
+  }
   const SnapshotMeta& meta = run.meta;
   // A GPU tree's digests are checked while CRIU restores it, every task left
   // stopped, and nothing of it runs before they all match; any other tree's
   // before CRIU starts.
   bool verify_alongside = meta.gpu.has_value();
   if (verify_alongside) {
-    run.digests = Beside([&store, &meta] { return store.Verify(meta); });
+    run.digests = Beside([&store, &meta, &run] { return store.Verify(meta, run.dir); });
   } else {
-    GPUSNAP_RETURN_IF_ERROR(store.Verify(meta).Wrap("refusing to restore"));
+    GPUSNAP_RETURN_IF_ERROR(store.Verify(meta, run.dir).Wrap("refusing to restore"));
   }
   std::string name = options.name.empty() ? meta.source.name : options.name;
   if (name.empty()) name = "restored-" + std::to_string(meta.source.host_pid);
@@ -140,7 +154,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   GPUSNAP_ASSIGN_OR_RETURN(NameClaim name_claim, ClaimWorkloadName(name));
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
   GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, meta.tcp_established));
-  std::string gpu_dir = store.SnapshotDir(meta.id) + "/" + SnapshotFiles::kGpuDir;  // gpushare manifests
+  std::string gpu_dir = run.dir + "/" + SnapshotFiles::kGpuDir;  // gpushare manifests
   if (meta.gpu) {
     GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
     run.driver = std::make_shared<cuda::Driver>(std::move(loaded));
@@ -154,11 +168,14 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
                                control::ChunkStoreLock::Acquire(store.root(), control::ChunkStoreLock::Mode::kShared,
                                                                 control::kChunkWriterWaitMs));
       GPUSNAP_RETURN_IF_ERROR(
-          control::CheckManifests(store.root(), gpu_dir, meta.gpu->ns_pids).Wrap("refusing to restore"));
+          control::CheckManifests(store.root(), gpu_dir, meta.gpu->ns_pids, run.Arriving()).Wrap("refusing to restore"));
       run.preload = control::StartPreload(run.driver->path(), store.root(), gpu_dir, meta.gpu->ns_pids,
                                           [map = run.gpu_map, here](const cuda::Uuid& uuid) {
                                             return cuda::OrdinalAfterMap(uuid, map, here);
-                                          });
+                                          },
+                                          run.Arriving().empty() ? std::chrono::milliseconds(0)
+                                                                 : std::chrono::seconds(options.timeout_s),
+                                          [pull = run.pull.get()] { return pull ? pull->ChunkFailure() : Status::Ok(); });
     }
   } else if (!options.gpu_map.empty() || !options.gpus.empty()) {
     return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no GPU state; --gpu-map and --gpus do not apply",
@@ -193,7 +210,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     phases.Done();
   }
   phases.Start("criu-restore");
-  std::string images = store.SnapshotDir(meta.id) + "/" + SnapshotFiles::kCheckpointDir;
+  std::string images = run.dir + "/" + SnapshotFiles::kCheckpointDir;
   std::string logs = RunDir() + "/logs";
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(logs));
   std::string log_name = fmt::format("restore-{}-{}.log", meta.id, ::getpid());
@@ -264,6 +281,12 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
                             0, 0, false});
       }
       PauseIfRequested("gpushare-load");
+      if (run.pull) {  // the shims read what was not preloaded from the store: it must all be there
+        auto t = std::chrono::steady_clock::now();
+        GPUSNAP_RETURN_IF_ERROR(run.pull->WaitForChunks().Wrap(fmt::format("restore of `{}` failed", meta.id)));
+        phases.timings()["pull-chunks-wait"] =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+      }
       Status loaded = control::LoadAll(procs, store.root(), gpu_dir, control::AfterLoad::kHold, phases.timings());
       preloaded.reset();  // what the processes adopted is theirs now
       run.chunk_lock.reset();
@@ -279,6 +302,10 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   GPUSNAP_ASSIGN_OR_RETURN(auto stat, proc::ReadStat(host_pid));
   PauseIfRequested("record");
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("record"));
+  if (run.pull) {  // the snapshot joins the store: nothing reads the staging any more
+    GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, run.pull->Publish());
+    phases.timings()["pull"] = pulled.seconds;
+  }
   GPUSNAP_RETURN_IF_ERROR(ns::CommitHold(run.reaper));
   phases.Start(meta.gpu && meta.gpu->gpushare ? "gpushare-resume" : "let-go");
   GPUSNAP_RETURN_IF_ERROR(run.LetGo(gpu_pids).Wrap(fmt::format("restore of `{}` failed", meta.id)));

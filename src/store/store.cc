@@ -197,8 +197,8 @@ Result<std::vector<SnapshotMeta>> Store::List(std::vector<std::string>* warnings
   return out;
 }
 
-Status Store::Verify(const SnapshotMeta& meta) const {
-  std::string dir = SnapshotDir(meta.id);
+Status Store::Verify(const SnapshotMeta& meta, const std::string& at) const {
+  std::string dir = at.empty() ? SnapshotDir(meta.id) : at;
   auto context = fmt::format("snapshot `{}`", meta.id);
   auto names = CheckedFiles(dir, &meta.files);
   if (!names.ok()) return names.status().Wrap(context);

@@ -62,7 +62,9 @@ class Store {
   // the format's directories; then recomputes every digest. kCorruption
   // naming the first entry that differs (and its type, when it is not a
   // regular file).
-  Status Verify(const SnapshotMeta& meta) const;
+  // `dir`: the snapshot's directory when it is not (yet) in the store (a
+  // pull's staging); empty: SnapshotDir(meta.id).
+  Status Verify(const SnapshotMeta& meta, const std::string& dir = "") const;
 
   // How long Remove waits for the checkpoint that wrote a snapshot to finish.
   static constexpr int kRemoveWaitMs = 60 * 1000;

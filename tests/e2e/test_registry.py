@@ -335,6 +335,40 @@ class PushPullChunks(RegistryMixin, WorkerSteps, FakeGpuCase):
         self.assertGreater(out["pid"], 0)
         self.wait_steps(len(self.steps()) + 3)
 
+    def test_a_restore_from_a_reference_loads_chunks_as_they_arrive(self):
+        self.start()
+        snap = self.gs("checkpoint", "vmm", env=self.gpu_env).stdout.strip().splitlines()[-1]
+        ref = f"{self.reg.host}/team/vmm:v1"
+        self.gs("push", snap, ref, "--plain-http", env=self.gpu_env)
+        at_dump = len(self.steps())
+        # A chunk blob with a flipped byte: the restore fails, nothing of it runs, nothing joins the store.
+        manifest = json.loads(self.skopeo("inspect", "--raw", "--tls-verify=false", f"docker://{ref}").stdout)
+        chunk = next(l for l in reversed(manifest["layers"])
+                     if l["mediaType"] == "application/vnd.gpusnap.gpushare.chunk.v1")
+        path = self.reg.blob_path(chunk["digest"])
+        with open(path, "rb") as f:
+            good = f.read()
+        with open(path, "wb") as f:
+            f.write(good[:100] + bytes([good[100] ^ 1]) + good[101:])
+        node_c = dict(self.gpu_env, GPUSNAP_STORE=os.path.join(self.tmp, "store-c"))
+        self.set_device_state(2)
+        p = self.gs("restore", ref, "--plain-http", "--name", "copy", env=node_c, check=False)
+        self.assertIn(chunk["digest"], self.one_line_error(p))
+        self.assertEqual(self.gs_json("ls", env=node_c), [])
+        self.assertEqual([w for w in self.workloads() if w["running"]], [])
+        self.assertEqual(len(self.steps()), at_dump)
+        # The blob mended: the next restore goes on from what the first pulled.
+        with open(path, "wb") as f:
+            f.write(good)
+        self.set_device_state(2)
+        out = self.gs_json("restore", ref, "--plain-http", "--name", "copy", env=node_c)
+        self.assertIn("pull-files", out["timings_s"])
+        self.assertIn("pull", out["timings_s"])
+        self.wait_steps(at_dump + 3)
+        self.assert_steps_unbroken()
+        self.assertEqual([s["id"] for s in self.gs_json("ls", env=node_c)], [snap])
+        self.assertEqual([n for n in os.listdir(os.path.join(self.tmp, "store-c", "pulls"))], [])
+
 
 if __name__ == "__main__":
     unittest.main()

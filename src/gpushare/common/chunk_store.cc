@@ -251,6 +251,7 @@ Result<ChunkReader> ChunkReader::Open(const ChunkStore& store, const ChunkRef& r
   if (!fd.valid() && errno == ENOENT && store.arrival_wait().count() > 0) {
     auto deadline = std::chrono::steady_clock::now() + store.arrival_wait();
     while (!fd.valid() && errno == ENOENT && std::chrono::steady_clock::now() < deadline) {
+      GPUSNAP_RETURN_IF_ERROR(store.BringerStatus().Wrap(fmt::format("chunk `{}` will not arrive", path)));
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     }

@@ -24,6 +24,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -101,13 +102,17 @@ class ChunkStore {
 
   // This store, whose readers wait up to `wait` for a chunk file that is not
   // there yet: one a pull is still bringing (it appears whole, by rename).
+  // They stop waiting with `bringer`'s failure once it reports one, and with
   // kTimeout naming the chunk once the wait is over. Default: no wait.
-  ChunkStore WithArrivalWait(std::chrono::milliseconds wait) const {
+  using Bringer = std::function<Status()>;
+  ChunkStore WithArrivalWait(std::chrono::milliseconds wait, Bringer bringer) const {
     ChunkStore c = *this;
     c.arrival_wait_ = wait;
+    c.bringer_ = std::move(bringer);
     return c;
   }
   std::chrono::milliseconds arrival_wait() const { return arrival_wait_; }
+  Status BringerStatus() const { return bringer_ ? bringer_() : Status::Ok(); }
 
   // Cuts `size` bytes at `data` into chunks and stores the ones that are
   // neither zero nor present. Returns the allocation (va, size, device and
@@ -140,6 +145,7 @@ class ChunkStore {
   std::string root_;
   DirectIo direct_io_ = DirectIo::kOff;
   std::chrono::milliseconds arrival_wait_{0};
+  Bringer bringer_;
 };
 
 // Reads one stored chunk in pieces and checks its digest as the bytes go by:

@@ -18,7 +18,7 @@ namespace gpusnap::gpushare::control {
 Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const std::string& chunk_store,
                                               const std::vector<PreloadTarget>& targets,
                                               const PreloadDevice& device_for, unsigned threads,
-                                              std::chrono::milliseconds arrival_wait) {
+                                              std::chrono::milliseconds arrival_wait, ChunkStore::Bringer bringer) {
   // The library this process loaded already: the same handle, cuInit done.
   void* lib = ::dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (lib == nullptr) return Status::Error(Code::kNotFound, "preload: loading `{}`: {}", libcuda, ::dlerror());
@@ -28,7 +28,7 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
   if (!d.missing.empty())
     return Status::Error(Code::kNotSupported, "preload: the driver `{}` has no {}", libcuda, d.missing);
   GPUSNAP_ASSIGN_OR_RETURN(ChunkStore opened, ChunkStore::Open(chunk_store));
-  ChunkStore store = opened.WithArrivalWait(arrival_wait);
+  ChunkStore store = opened.WithArrivalWait(arrival_wait, std::move(bringer));
 
   std::vector<ChunkManifest> manifests;
   for (const PreloadTarget& t : targets) {
@@ -95,14 +95,15 @@ PreloadedMemory::~PreloadedMemory() {
 
 PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
                             const std::vector<int>& ns_pids, PreloadDevice device_for,
-                            std::chrono::milliseconds arrival_wait) {
+                            std::chrono::milliseconds arrival_wait, ChunkStore::Bringer bringer) {
   const char* enabled = std::getenv("GPUSNAP_GPUSHARE_PRELOAD");
   if (enabled != nullptr && std::string_view(enabled) == "0") return {};
   std::vector<PreloadTarget> targets;
   for (int ns_pid : ns_pids) targets.push_back({ns_pid, ManifestPath(manifest_dir, {0, ns_pid, ""})});
   unsigned threads = ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS", 12);
-  return Beside([libcuda, chunk_store, targets, device_for = std::move(device_for), threads, arrival_wait] {
-    return PreloadedMemory::Make(libcuda, chunk_store, targets, device_for, threads, arrival_wait);
+  return Beside([libcuda, chunk_store, targets, device_for = std::move(device_for), threads, arrival_wait,
+                 bringer = std::move(bringer)] {
+    return PreloadedMemory::Make(libcuda, chunk_store, targets, device_for, threads, arrival_wait, bringer);
   });
 }
 

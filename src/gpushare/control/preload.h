@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "gpushare/common/chunk_store.h"
 #include "gpushare/common/driver_table.h"
 #include "gpusnap/status.h"
 #include "util/beside.h"
@@ -53,7 +54,8 @@ class PreloadedMemory {
   static Result<PreloadedMemory> Make(const std::string& libcuda, const std::string& chunk_store,
                                       const std::vector<PreloadTarget>& targets, const PreloadDevice& device_for,
                                       unsigned threads,
-                                      std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0));
+                                      std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0),
+                                      ChunkStore::Bringer bringer = {});
 
   PreloadedMemory(PreloadedMemory&&) = default;
   PreloadedMemory& operator=(PreloadedMemory&&) = default;
@@ -89,9 +91,10 @@ using PendingPreload = std::future<Timed<Result<PreloadedMemory>>>;
 // GPUSNAP_GPUSHARE_PRELOAD_THREADS copy threads (12). With
 // GPUSNAP_GPUSHARE_PRELOAD=0 it starts nothing: the shims' load does it all.
 // `arrival_wait`: how long a chunk not yet in the store may take to arrive
-// (a restore that pulls as it goes); 0: none.
+// (a restore that pulls as it goes; `bringer` says when the pull failed); 0: none.
 PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
                             const std::vector<int>& ns_pids, PreloadDevice device_for,
-                            std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0));
+                            std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0),
+                            ChunkStore::Bringer bringer = {});
 
 }  // namespace gpusnap::gpushare::control
