@@ -123,7 +123,7 @@ class GpusnapCase(unittest.TestCase):
         try:
             with open(f"/proc/{pid}/stat") as f:
                 return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone before, or while, /proc was read
             return False
 
     def wait_gone(self, pid, timeout=10):

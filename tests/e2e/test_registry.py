@@ -91,7 +91,9 @@ class PushPullCpu(RegistryMixin, GpusnapCase):
 
     def test_push_pull_restore_and_the_state_goes_on(self):
         pushed = json.loads(self.push().stdout)
-        self.assertEqual(pushed["blobs_moved"], pushed["blobs"])
+        # Files of the same bytes are one blob: moved once, then found there.
+        self.assertGreater(pushed["blobs_moved"], pushed["blobs"] / 2)
+        self.assertEqual(pushed["blobs_moved"] + pushed["blobs_skipped"], pushed["blobs"])
         self.assertTrue(pushed["digest"].startswith("sha256:"))
         # Again: nothing to move.
         again = json.loads(self.push().stdout)
