@@ -182,9 +182,9 @@ def fmt_ratio(v, cold, speed=True):
 
 # The order gpusnap's phases happen in (its JSON lists them alphabetically);
 # phases not named here are shown after these, in its order, total last.
-PHASE_ORDER = ["resolve", "verify", "namespace", "quiesce", "release", "lock", "gpu-lock", "checkpoint",
+PHASE_ORDER = ["pull-files", "resolve", "verify", "namespace", "quiesce", "release", "lock", "gpu-lock", "checkpoint",
                "gpu-checkpoint", "freeze", "dump", "publish", "prefetch", "criu-restore", "restore", "gpu-restore",
-               "load", "remap", "unlock", "gpu-unlock", "resume"]
+               "pull-chunks-wait", "load", "remap", "unlock", "gpu-unlock", "resume", "pull"]
 
 
 def timing_rows(timings):
@@ -263,6 +263,23 @@ def markdown_table(results):
                 row(f"  ↳ {k}", v, ratio=False)
             row("  ↳ after gpusnap returned: /health + first /generate",
                 (rs.get("first_token_s") or 0) - (rs.get("cmd_s") or 0), ratio=False)
+    reg = results.get("registry") or {}
+    if reg.get("push"):
+        p = reg["push"]
+        row(f"push to the registry ({fmt_bytes(p.get('bytes_total'))}, {p.get('blobs')} blobs)", p.get("wall_s"),
+            speed=False)
+    for key, label in (("restore_ref", "restore from the registry reference, empty store"),
+                       ("pull_then_restore", "pull, then restore, empty store")):
+        r = reg.get(key)
+        if not r:
+            continue
+        row(f"{label} → first token", r.get("first_token_s"))
+        if key == "pull_then_restore" and reg.get("pull"):
+            row("  ↳ gpusnap pull", reg["pull"].get("seconds"), ratio=False)
+        for k, v in timing_rows(dig(r, "cmd_output.timings_s") or {}):
+            row(f"  ↳ {k}", v, ratio=False)
+        row("  ↳ after gpusnap returned: /health + first /generate",
+            (r.get("first_token_s") or 0) - (r.get("cmd_s") or 0), ratio=False)
     d = results.get("restore_dropped_caches")
     if d:
         row("restore, dropped caches → first token", d.get("first_token_s"))
@@ -283,6 +300,9 @@ def assemble(files):
         k += 1
     if "restore-dropped" in files:
         res["restore_dropped_caches"] = files["restore-dropped"]
+    if "registry-push" in files:
+        res["registry"] = {"push": files["registry-push"], "restore_ref": files.get("registry-ref"),
+                           "pull": files.get("registry-pull"), "pull_then_restore": files.get("registry-pull-restore")}
     if "cold-repeat" in files:
         res["cold_repeat"] = files["cold-repeat"]
     res["summary"] = summarize(res)

@@ -44,6 +44,8 @@ usage: $0 [options]
   --keep                 keep the snapshots (default: removed at the end)
   --check-targets        exit 3 when an 8b run misses a target
   --gpushare             start the server with the gpushare shim (device memory through the chunk store)
+  --registry             after the cycles, push the snapshot to a docker-registry started on 127.0.0.1
+                         and restore it from its reference into an empty store, and by pull-then-restore
   --backend torch|fake   fake: a CPU stand-in server (tests of this script without a GPU)
 EOF
 }
@@ -52,12 +54,13 @@ die_usage() { echo "run_bench.sh: $*" >&2; usage >&2; exit 2; }
 
 model=""; demo=0; cycles=""; drop_caches=1; gpusnap=""; weights_dir=/tmp/gpusnap-weights
 work_dir=/var/tmp/gpusnap-bench; store=""; out_file=""; pinned_mb=256; max_new_tokens=32; gpu=""; port=""
-cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0
+cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0; use_registry=0
 while [ $# -gt 0 ]; do
   opt=$1
   case "$opt" in
     -h|--help) usage; exit 0 ;;
     --demo) demo=1; shift; continue ;;
+    --registry) use_registry=1; shift; continue ;;
     --no-drop-caches) drop_caches=0; shift; continue ;;
     --keep) keep=1; shift; continue ;;
     --check-targets) check_targets=1; shift; continue ;;
@@ -166,12 +169,15 @@ stop_workloads() {  # stop every running workload (by its reaper) and wait for i
 
 error=""
 finished=0
+registry_pid=
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   local rc=$? last id
   set +e
   trap - EXIT INT TERM
   stop_workloads
+  if [ -n "$registry_pid" ]; then kill -TERM "$registry_pid" 2>/dev/null; wait "$registry_pid" 2>/dev/null; fi
+  rm -rf "$work_dir/store-ref" "$work_dir/store-pull" "$work_dir/registry"
   # A checkpoint that finished after the signal came has not been recorded yet.
   last=$("$PY" "$LIB" get "$results/ckpt.raw" id 2>/dev/null)
   if [ -n "$last" ]; then forget_snapshot "$last"; snapshots+=("$last"); fi
@@ -307,6 +313,49 @@ for k in $(seq 1 "$cycles"); do
     gs rm "$snap" >/dev/null && forget_snapshot "$snap"
   fi
 done
+
+if [ "$use_registry" = 1 ]; then
+  # The same snapshot through a registry on this machine, into empty stores:
+  # restored from its reference (the chunks arriving as the restore goes),
+  # and pulled first, then restored.
+  say "starting a docker-registry on 127.0.0.1; pushing $snap" detail
+  rm -rf "$work_dir/registry" "$results/registry.host"
+  "$PY" "$BENCH_DIR/registry_serve.py" "$work_dir/registry" "$results/registry.host" >"$logs/registry.log" 2>&1 &
+  registry_pid=$!
+  for _ in $(seq 1 300); do [ -s "$results/registry.host" ] && break; alive "$registry_pid" || break; sleep 0.1; done
+  [ -s "$results/registry.host" ] || { cat "$logs/registry.log" >&2; fail "the registry did not start"; }
+  ref="$(cat "$results/registry.host")/bench/server:v1"
+  t0=$(now)
+  gs --json push "$snap" "$ref" --plain-http >"$results/registry-push.raw" 2>"$logs/registry-push.err" ||
+    { cat "$logs/registry-push.err" >&2; fail "gpusnap push failed"; }
+  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["wall_s"] = float(sys.argv[3]) - float(sys.argv[2]); json.dump(d, open(sys.argv[4], "w"))' \
+    "$results/registry-push.raw" "$t0" "$(now)" "$results/registry-push.json"
+  stop_workloads
+  prev=$before  # both restore the state the last checkpoint took
+  rm -rf "$work_dir/store-ref"
+  say "restore from the reference $ref into an empty store (to the first /generate answer)" detail
+  "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --exec -- \
+    env GPUSNAP_STORE="$work_dir/store-ref" "$gpusnap" --json restore "$ref" --plain-http \
+    >"$results/registry-ref.json" 2>"$logs/registry-ref.err" ||
+    { rm -f "$results/registry-ref.json"; cat "$logs/registry-ref.err" >&2; fail "the restore from the reference failed"; }
+  add_reaper "$results/registry-ref.json"
+  "$PY" "$LIB" compare --tokens-ref "$results/cold.json" --prev "$prev" --new "$results/registry-ref.json" \
+    --label "restore from the reference" || fail "restore from the reference: the server does not answer as the cold one did"
+  stop_workloads
+  rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
+  say "pull, then restore, into an empty store (to the first /generate answer)" detail
+  "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --exec -- \
+    sh -c 'GPUSNAP_STORE="$1" "$2" --json pull "$3" --plain-http >"$4" && GPUSNAP_STORE="$1" exec "$2" --json restore "$5"' \
+    sh "$work_dir/store-pull" "$gpusnap" "$ref" "$results/registry-pull.json" "$snap" \
+    >"$results/registry-pull-restore.json" 2>"$logs/registry-pull-restore.err" ||
+    { rm -f "$results/registry-pull-restore.json"; cat "$logs/registry-pull-restore.err" >&2; fail "pull-then-restore failed"; }
+  add_reaper "$results/registry-pull-restore.json"
+  "$PY" "$LIB" compare --tokens-ref "$results/cold.json" --prev "$prev" --new "$results/registry-pull-restore.json" \
+    --label "pull-then-restore" || fail "pull-then-restore: the server does not answer as the cold one did"
+  stop_workloads
+  rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
+  kill -TERM "$registry_pid" 2>/dev/null; wait "$registry_pid" 2>/dev/null; registry_pid=""
+fi
 
 if [ "$drop_caches" = 1 ]; then
   # The same snapshot again, this time read from the disk: stop the restored

@@ -339,11 +339,17 @@ class UnderGpusnap(unittest.TestCase):
             self.assertIn("| restore #2, page cache → first token |", r.stdout)
             # After the cycles, the last snapshot once more with the caches dropped.
             self.assertEqual(res["restore_dropped_caches"]["answer"]["served"], 4)
-            r = subprocess.run(base + ["--no-drop-caches"], capture_output=True, text=True, timeout=600, env=env)
+            registry = shutil.which("docker-registry") is not None
+            r = subprocess.run(base + ["--no-drop-caches"] + (["--registry"] if registry else []),
+                               capture_output=True, text=True, timeout=600, env=env)
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             res = benchlib.load(out)
             self.assertEqual(len(res["cycles"]), 1)
             self.assertNotIn("restore_dropped_caches", res)
+            if registry:  # through a registry into empty stores, each answer checked against the cold start's
+                self.assertEqual(res["registry"]["restore_ref"]["answer"]["served"], 3)
+                self.assertEqual(res["registry"]["pull_then_restore"]["answer"]["served"], 3)
+                self.assertIn("| restore from the registry reference, empty store → first token |", r.stdout)
             # Nothing left behind: no workload running, no snapshot.
             genv = dict(env, GPUSNAP_STORE=os.path.join(tmp, "work", "store"),
                         GPUSNAP_RUN_DIR=os.path.join(tmp, "work", "run"))
