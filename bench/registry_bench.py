@@ -103,6 +103,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=4)
     ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--registry-dir", help="where the registry keeps its storage (a folder of its own in it, removed at the end; "
+                    "default: the work directory beside the store)")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="gpusnap-registry-bench-", dir=os.path.dirname(os.path.abspath(a.store)))
     try:
@@ -112,7 +114,9 @@ def main():
             a.snapshot, a.second = make_fake(env, a.make_fake, work)
         if not a.snapshot:
             sys.exit("registry_bench: name a snapshot (--snapshot ID) or make one (--make-fake MIB)")
-        reg = registry.Registry(os.path.join(work, "registry"), "plain")
+        reg_dir = os.path.join(a.registry_dir, f"gpusnap-registry-bench-{os.getpid()}") if a.registry_dir else \
+            os.path.join(work, "registry")
+        reg = registry.Registry(reg_dir, "plain")
         reg.start()
         try:
             ref = f"{reg.host}/bench/snapshot:one"
@@ -161,6 +165,8 @@ def main():
                 json.dump(res, f, indent=2)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if a.registry_dir:
+            shutil.rmtree(os.path.join(a.registry_dir, f"gpusnap-registry-bench-{os.getpid()}"), ignore_errors=True)
 
 
 if __name__ == "__main__":

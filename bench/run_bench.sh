@@ -46,6 +46,8 @@ usage: $0 [options]
   --gpushare             start the server with the gpushare shim (device memory through the chunk store)
   --registry             after the cycles, push the snapshot to a docker-registry started on 127.0.0.1
                          and restore it from its reference into an empty store, and by pull-then-restore
+  --registry-dir DIR     where the registry keeps its storage (a gpusnap-bench-registry folder in it,
+                         removed at the end; default WORK_DIR)
   --backend torch|fake   fake: a CPU stand-in server (tests of this script without a GPU)
 EOF
 }
@@ -55,6 +57,7 @@ die_usage() { echo "run_bench.sh: $*" >&2; usage >&2; exit 2; }
 model=""; demo=0; cycles=""; drop_caches=1; gpusnap=""; weights_dir=/tmp/gpusnap-weights
 work_dir=/var/tmp/gpusnap-bench; store=""; out_file=""; pinned_mb=256; max_new_tokens=32; gpu=""; port=""
 cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0; use_registry=0
+registry_dir=""
 while [ $# -gt 0 ]; do
   opt=$1
   case "$opt" in
@@ -74,6 +77,7 @@ while [ $# -gt 0 ]; do
     --gpusnap) gpusnap=$val ;;
     --weights-dir) weights_dir=$val ;;
     --work-dir) work_dir=$val ;;
+    --registry-dir) registry_dir=$val ;;
     --store) store=$val ;;
     --out) out_file=$val ;;
     --pinned-mb) pinned_mb=$val ;;
@@ -177,7 +181,8 @@ cleanup() {
   trap - EXIT INT TERM
   stop_workloads
   if [ -n "$registry_pid" ]; then kill -TERM "$registry_pid" 2>/dev/null; wait "$registry_pid" 2>/dev/null; fi
-  rm -rf "$work_dir/store-ref" "$work_dir/store-pull" "$work_dir/registry"
+  rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
+  [ -z "$registry_dir" ] || rm -rf "$registry_dir/gpusnap-bench-registry"
   # A checkpoint that finished after the signal came has not been recorded yet.
   last=$("$PY" "$LIB" get "$results/ckpt.raw" id 2>/dev/null)
   if [ -n "$last" ]; then forget_snapshot "$last"; snapshots+=("$last"); fi
@@ -319,8 +324,10 @@ if [ "$use_registry" = 1 ]; then
   # restored from its reference (the chunks arriving as the restore goes),
   # and pulled first, then restored.
   say "starting a docker-registry on 127.0.0.1; pushing $snap" detail
-  rm -rf "$work_dir/registry" "$results/registry.host"
-  "$PY" "$BENCH_DIR/registry_serve.py" "$work_dir/registry" "$results/registry.host" >"$logs/registry.log" 2>&1 &
+  [ -n "$registry_dir" ] || registry_dir=$work_dir
+  rm -rf "$registry_dir/gpusnap-bench-registry" "$results/registry.host"
+  "$PY" "$BENCH_DIR/registry_serve.py" "$registry_dir/gpusnap-bench-registry" "$results/registry.host" \
+    >"$logs/registry.log" 2>&1 &
   registry_pid=$!
   for _ in $(seq 1 300); do [ -s "$results/registry.host" ] && break; alive "$registry_pid" || break; sleep 0.1; done
   [ -s "$results/registry.host" ] || { cat "$logs/registry.log" >&2; fail "the registry did not start"; }

@@ -5,8 +5,10 @@
 # $ORIGIN/lib, so no LD_LIBRARY_PATH reaches CRIU or a workload), the CRIU
 # bundle, and the test workloads.
 #
-# usage: scripts/pack-portable.sh [OUTDIR]     (default build/portable)
+# usage: scripts/pack-portable.sh [--with-registry] [OUTDIR]     (default build/portable)
 set -euo pipefail
+WITH_REGISTRY=0
+if [ "${1:-}" = --with-registry ]; then WITH_REGISTRY=1; shift; fi
 REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${GPUSNAP_BUILD_DIR:-$REPO_DIR/build}
 OUT=${1:-$BUILD_DIR/portable}
@@ -34,6 +36,13 @@ patchelf --force-rpath --set-rpath '$ORIGIN/lib' "$tmp/gpusnap"
 for lib in "$tmp"/lib/*; do patchelf --force-rpath --set-rpath '$ORIGIN' "$lib"; done
 cp -a "$BUILD_DIR/criu-bundle" "$tmp/criu-bundle"
 [ -d "$BUILD_DIR/workloads" ] && cp -a "$BUILD_DIR/workloads" "$tmp/workloads"
+# With --with-registry, Debian's docker-registry (it needs only glibc) for the
+# benchmarks' registry on a node that has none: tools/docker-registry.
+if [ "${WITH_REGISTRY:-0}" = 1 ] && command -v docker-registry >/dev/null; then
+  mkdir -p "$tmp/tools"
+  cp "$(command -v docker-registry)" "$tmp/tools/docker-registry"
+  strip --strip-debug "$tmp/tools/docker-registry" 2>/dev/null || true
+fi
 rm -rf "$OUT"
 mv "$tmp" "$OUT"
 trap - EXIT
