@@ -16,7 +16,7 @@ struct RegistryAccess {
   std::string ca_file;           // verify TLS against this CA only; empty: the system's CAs
   bool plain_http = false;       // HTTP instead of HTTPS, only when asked
   int timeout_s = 60;            // per request, between bytes
-  int jobs = 4;                  // blobs moved at once
+  int jobs = 8;                  // blobs moved at once
 };
 
 struct PushOptions {

@@ -44,6 +44,7 @@ using registry::Blob;
 using registry::RegistryClient;
 
 constexpr uint64_t kMaxConfigBytes = 16 << 20;
+constexpr size_t kWriteBytes = 4 << 20;
 
 Status Mismatch(const std::string& ref, const Blob& blob, const std::string& what, const std::string& got) {
   return Status::Error(Code::kCorruption, "`{}`: blob {} ({}) does not match its digest (its bytes hash to sha256:{}); "
@@ -114,14 +115,22 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
   if (have != uint64_t(st.st_size) && !restart()) return Status::Errno(errno, "truncating `{}`", part);
   if (::lseek(fd.get(), off_t(have), SEEK_SET) < 0) return Status::Errno(errno, "seeking `{}`", part);
   Status written;
+  // The bytes come in small pieces; they go to the file in large writes.
+  std::string pending;
+  pending.reserve(kWriteBytes);
+  auto flush = [&] {
+    if (!pending.empty()) written = WriteAll(fd.get(), pending.data(), pending.size(), part);
+    pending.clear();
+    return written.ok();
+  };
   auto append = [&](const char* data, size_t n) {
     if (have + n > f.blob.size) {
       written = Status::Error(Code::kCorruption, "`{}`: blob {} ({}) is longer than its {} bytes; not stored", ref,
                               f.blob.digest, f.path, f.blob.size);
       return false;
     }
-    written = WriteAll(fd.get(), data, n, part);
-    if (!written.ok()) return false;
+    pending.append(data, n);
+    if (pending.size() >= kWriteBytes && !flush()) return false;
     hash.Update(data, n);
     have += n;
     meter.Moved(n);
@@ -132,9 +141,11 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
   if (got.ok() && *got == 0 && resumed_from > 0) {
     // The registry ignored the Range and sent the blob from its start, after
     // the bytes already here: start over.
+    pending.clear();
     if (!restart()) return Status::Errno(errno, "truncating `{}`", part);
     got = client.FetchBlob(repo, f.blob, 0, append);
   }
+  if (written.ok()) flush();  // what came, kept for a resumed pull even when the transfer broke off
   if (!written.ok()) {
     if (written.code() == Code::kCorruption) ::unlink(part.c_str());
     return written;

@@ -247,18 +247,21 @@ Status ChunkStore::Load(const ChunkedAllocation& alloc, void* dest, uint64_t des
 
 Result<ChunkReader> ChunkReader::Open(const ChunkStore& store, const ChunkRef& ref) {
   std::string path = store.ChunkPath(ref.digest);
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid() && errno == ENOENT && store.arrival_wait().count() > 0) {
+  int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int open_errno = errno;  // before anything else can set it
+  if (raw < 0 && open_errno == ENOENT && store.arrival_wait().count() > 0) {
     auto deadline = std::chrono::steady_clock::now() + store.arrival_wait();
-    while (!fd.valid() && errno == ENOENT && std::chrono::steady_clock::now() < deadline) {
+    while (raw < 0 && open_errno == ENOENT && std::chrono::steady_clock::now() < deadline) {
       GPUSNAP_RETURN_IF_ERROR(store.BringerStatus().Wrap(fmt::format("chunk `{}` will not arrive", path)));
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      open_errno = errno;
     }
-    if (!fd.valid() && errno == ENOENT)
+    if (raw < 0 && open_errno == ENOENT)
       return Status::Error(Code::kTimeout, "chunk `{}` did not arrive within {} ms", path, store.arrival_wait().count());
   }
-  if (!fd.valid()) return Status::Errno(errno, "opening chunk `{}`", path);
+  if (raw < 0) return Status::Errno(open_errno, "opening chunk `{}`", path);
+  UniqueFd fd(raw);
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return Status::Errno(errno, "reading chunk `{}`", path);
   if (static_cast<uint64_t>(st.st_size) != ref.length)
