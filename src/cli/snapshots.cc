@@ -97,8 +97,10 @@ void AddSnapshots(CLI::App& app, Context& ctx) {
       if (!removed.ok()) return ctx.Fail(removed.status());
       chunks += removed->chunks.removed.size();
       chunk_bytes += removed->chunks.removed_bytes;
-      cached = removed->chunks.cached_chunks;  // the store's, after the last collection
-      cached_bytes = removed->chunks.cached_bytes;
+      if (removed->chunks_status.ok()) {  // what the store keeps after the last collection
+        cached = removed->chunks.cached_chunks;
+        cached_bytes = removed->chunks.cached_bytes;
+      }
       if (!removed->chunks_status.ok()) {
         warnings.push_back(removed->chunks_status.message());
         std::fprintf(stderr, "gpusnap: warning: %s\n", warnings.back().c_str());
