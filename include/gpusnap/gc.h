@@ -12,7 +12,8 @@ namespace gpusnap {
 struct GcItem {
   std::string path;             // absolute
   uint64_t bytes = 0;
-  std::string reason;           // "unreferenced" or "stale temporary"
+  std::string reason;           // "unreferenced", "unreferenced, least recently used" (beyond
+                                // the cache's limit) or "stale temporary"
 };
 
 struct GcResult {
@@ -20,6 +21,9 @@ struct GcResult {
   uint64_t removed_bytes = 0;
   uint64_t kept_chunks = 0;     // chunk files some manifest names
   uint64_t kept_bytes = 0;
+  uint64_t cached_chunks = 0;   // chunk files no manifest names, kept within the limit
+  uint64_t cached_bytes = 0;
+  uint64_t keep_unused_bytes = 0;  // that limit (0: none are kept)
   uint64_t manifests = 0;       // manifests read
 };
 

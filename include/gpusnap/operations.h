@@ -3,7 +3,9 @@
 // src/snapshot/checkpoint.cc and restore.cc.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,12 +77,17 @@ struct GcOptions {
   std::string store;            // default DefaultStore()
   bool dry_run = false;         // decide and report; delete nothing
   int wait_ms = 0;              // how long to wait for checkpoints writing chunks
+  // Bytes of chunks no manifest names to keep, the most recently used
+  // (src/gpushare/control/chunk_gc.h). Unset: the store's chunk_cache_bytes
+  // (<store>/config.json, src/store/config.h), else 0 (none kept).
+  std::optional<uint64_t> keep_unused_bytes;
 };
 
 // Marks, then sweeps. Errors: kTimeout when checkpoints hold the chunk store
 // for longer than wait_ms; a manifest or a snapshot's metadata that cannot be
-// read fails it before anything is deleted, naming the file; a file that
-// cannot be removed, naming it.
+// read fails it before anything is deleted, naming the file, and so does the
+// store's config.json when its limit is wanted; a file that cannot be
+// removed, naming it.
 Result<GcResult> CollectGarbage(const GcOptions& options);
 
 struct RemoveResult {
@@ -90,8 +97,9 @@ struct RemoveResult {
 
 // Removes a published snapshot, once the checkpoint that wrote it has
 // finished (Store::Remove waits up to a minute), then collects the chunks
-// nothing names any more, without waiting for checkpoints that hold the chunk
-// store (`gpusnap gc` collects those later). Errors: the removal's only
+// nothing names any more (keeping the store's chunk_cache_bytes of them),
+// without waiting for checkpoints that hold the chunk store (`gpusnap gc`
+// collects those later). Errors: the removal's only
 // (kNotFound, kInvalidArgument, kIoError, kTimeout).
 Result<RemoveResult> RemoveSnapshot(const std::string& store, const std::string& id);
 

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 #include "criu/bundle.h"
 #include "store/store.h"
+#include "util/byte_size.h"
 
 namespace gpusnap::cli {
 
@@ -89,13 +90,17 @@ void AddSnapshots(CLI::App& app, Context& ctx) {
       }
       return ctx.PrintJson({{"removed", *rm_ids}});
     }
-    uint64_t chunks = 0, chunk_bytes = 0;
+    uint64_t chunks = 0, chunk_bytes = 0, cached = 0, cached_bytes = 0;
     std::vector<std::string> warnings;
     for (const auto& id : *rm_ids) {
       auto removed = RemoveSnapshot(StoreOrDefault(*store_path), id);
       if (!removed.ok()) return ctx.Fail(removed.status());
       chunks += removed->chunks.removed.size();
       chunk_bytes += removed->chunks.removed_bytes;
+      if (removed->chunks_status.ok()) {  // what the store keeps after the last collection
+        cached = removed->chunks.cached_chunks;
+        cached_bytes = removed->chunks.cached_bytes;
+      }
       if (!removed->chunks_status.ok()) {
         warnings.push_back(removed->chunks_status.message());
         std::fprintf(stderr, "gpusnap: warning: %s\n", warnings.back().c_str());
@@ -105,25 +110,47 @@ void AddSnapshots(CLI::App& app, Context& ctx) {
     if (chunks > 0 && !ctx.json && !ctx.quiet)
       std::fprintf(stderr, "[rm] removed %llu chunk file(s) no snapshot names any more (%s)\n",
                    static_cast<unsigned long long>(chunks), HumanBytes(chunk_bytes).c_str());
+    if (cached > 0 && !ctx.json && !ctx.quiet)
+      std::fprintf(stderr, "[rm] kept %llu chunk(s) no snapshot names (%s), within the store's chunk_cache_bytes\n",
+                   static_cast<unsigned long long>(cached), HumanBytes(cached_bytes).c_str());
     ctx.PrintJson({{"removed", *rm_ids}, {"chunks_removed", chunks}, {"chunk_bytes_removed", chunk_bytes},
-                   {"warnings", warnings}});
+                   {"chunks_cached", cached}, {"chunk_bytes_cached", cached_bytes}, {"warnings", warnings}});
   });
 
   auto gc_options = std::make_shared<GcOptions>();
   auto gc_wait_s = std::make_shared<int>(0);
+  auto gc_keep_unused = std::make_shared<std::string>();
   auto* gc = app.add_subcommand("gc", "Delete the gpushare chunks no snapshot names any more");
   gc->add_option("--store", *store_path, store_help);
   gc->add_flag("--dry-run", gc_options->dry_run, "List what would be deleted and its bytes; delete nothing");
   gc->add_option("--wait-s", *gc_wait_s, "How long to wait for checkpoints that are writing chunks (default 0)")
       ->check(CLI::Range(0, 86400));
+  gc->add_option("--keep-unused", *gc_keep_unused,
+                 "Keep up to BYTES (512M, 20G, 1T: binary units) of the chunks no snapshot names, the most "
+                 "recently used (default: the store's chunk_cache_bytes, else 0)")
+      ->type_name("BYTES")
+      ->check([](const std::string& given) {
+        auto bytes = ParseByteSize(given);
+        return bytes.ok() ? std::string() : bytes.status().message();
+      });
   gc->footer(
       "Chunks that no manifest names (of a snapshot, a snapshot being written, a process suspended in place), and\n"
       "temporary files of chunk writes interrupted over an hour ago. A manifest that cannot be read stops it\n"
-      "before anything is deleted.");
-  gc->callback([&ctx, store_path, gc_options, gc_wait_s] {
+      "before anything is deleted.\n"
+      "\n"
+      "With a limit (--keep-unused, or {\"chunk_cache_bytes\": N} in <store>/config.json, which `rm` follows\n"
+      "too), unreferenced chunks are a cache for later pulls and checkpoints: the least recently used go until\n"
+      "the rest total at most the limit. A chunk is used when it is written, loaded by a restore or a resume,\n"
+      "or found present by a checkpoint or a pull. Chunks a snapshot names never go and do not count.");
+  gc->callback([&ctx, store_path, gc_options, gc_wait_s, gc_keep_unused] {
     GcOptions options = *gc_options;
     options.store = StoreOrDefault(*store_path);
     options.wait_ms = *gc_wait_s * 1000;
+    if (!gc_keep_unused->empty()) {
+      auto bytes = ParseByteSize(*gc_keep_unused);  // checked when parsed
+      if (!bytes.ok()) return ctx.Fail(bytes.status());
+      options.keep_unused_bytes = *bytes;
+    }
     auto r = CollectGarbage(options);
     if (!r.ok()) return ctx.Fail(r.status());
     if (ctx.json) {
@@ -131,7 +158,8 @@ void AddSnapshots(CLI::App& app, Context& ctx) {
       for (const auto& i : r->removed) items.push_back({{"path", i.path}, {"bytes", i.bytes}, {"reason", i.reason}});
       return ctx.PrintJson({{"dry_run", options.dry_run}, {"removed", items}, {"removed_bytes", r->removed_bytes},
                             {"kept_chunks", r->kept_chunks}, {"kept_bytes", r->kept_bytes},
-                            {"manifests", r->manifests}});
+                            {"cached_chunks", r->cached_chunks}, {"cached_bytes", r->cached_bytes},
+                            {"keep_unused_bytes", r->keep_unused_bytes}, {"manifests", r->manifests}});
     }
     const char* verb = options.dry_run ? "would remove" : "removed";
     for (const auto& i : r->removed)
@@ -139,6 +167,10 @@ void AddSnapshots(CLI::App& app, Context& ctx) {
     std::printf("%s %zu file(s), %s; kept %llu chunk(s), %s, named by %llu manifest(s)\n", verb, r->removed.size(),
                 HumanBytes(r->removed_bytes).c_str(), static_cast<unsigned long long>(r->kept_chunks),
                 HumanBytes(r->kept_bytes).c_str(), static_cast<unsigned long long>(r->manifests));
+    if (r->keep_unused_bytes > 0)
+      std::printf("%s %llu unreferenced chunk(s), %s, within the limit of %s\n", options.dry_run ? "would keep" : "kept",
+                  static_cast<unsigned long long>(r->cached_chunks), HumanBytes(r->cached_bytes).c_str(),
+                  HumanBytes(r->keep_unused_bytes).c_str());
   });
 }
 

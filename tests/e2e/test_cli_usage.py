@@ -50,6 +50,12 @@ class UsageErrors(GpusnapCase):
         self.assert_usage_error(["restore", "snap", "--name"], "restore", "--name")
         self.assert_usage_error(["checkpoint", "w", "--timeout", "soon"], "checkpoint", "--timeout", "soon")
 
+    def test_malformed_size_for_gc(self):
+        for bad in ("12x", "-1G", "1.5", "20 G", ""):
+            line = self.assert_usage_error(["gc", "--keep-unused", bad], "gc", "--keep-unused", f"`{bad}` is not a size")
+            self.assertIn("(see gpusnap gc --help)", line)
+        self.assert_usage_error(["gc", "--keep-unused"], "gc", "--keep-unused")
+
     def test_criu_config_that_does_not_exist(self):
         missing = os.path.join(self.tmp, "no-such.conf")
         self.assert_usage_error(["checkpoint", "w", "--criu-config", missing], "--criu-config", missing)

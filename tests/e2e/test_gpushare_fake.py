@@ -341,6 +341,93 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.assertEqual(len(self.gs_json("gc")["removed"]), 4)
         self.assertEqual(self.chunk_files(), [])
 
+    def set_chunk_cache(self, value):
+        with open(os.path.join(self.store, "config.json"), "w") as f:
+            json.dump({"chunk_cache_bytes": value}, f)
+
+    def test_gc_keep_unused_evicts_the_least_recently_used_orphans(self):
+        # snap1, snap2 and snap3 share one chunk. snap1 is restored after snap2
+        # is written, so its own chunks are used later than snap2's. Once both
+        # are removed, a limit that keeps two of their four orphans keeps
+        # snap1's, and snap3 still restores.
+        # The store keeps what no snapshot names (up to 1 TiB): `rm` deletes none of it.
+        os.makedirs(self.store, exist_ok=True)
+        self.set_chunk_cache(1 << 40)
+        # snap1 and snap2 share one chunk (the 70 MiB buffer's 6 MiB tail);
+        # each has two of its own: 64 MiB and 6 MiB.
+        snap1, snap2, first = self.two_snapshots()
+        second = set(self.chunk_files()) - first
+        mtimes = lambda paths: {p: os.stat(p).st_mtime_ns for p in paths}
+        before = mtimes(first)
+        # A restore of snap1, after snap2 was written, uses its chunks again:
+        # snap1's are now the more recently used, though written first.
+        self.restore(snap1)
+        # Longer than two_snapshots waits, so that snap3's counters (and chunks) differ from snap2's.
+        self.wait_steps(len(self.steps()) + 15)
+        after = mtimes(first)
+        self.assertTrue(all(after[p] > before[p] for p in first), (before, after))
+        self.assertLess(max(mtimes(second).values()), min(after.values()))
+        # snap3 also names the shared chunk.
+        snap3 = self.checkpoint("vmm")
+        self.assertEqual(len(self.chunk_files()), 7)
+        for snap in (snap1, snap2):
+            out = self.gs_json("rm", snap)
+            self.assertEqual((out["chunks_removed"], out["warnings"]), (0, []))
+        self.assertEqual(out["chunks_cached"], 4)
+        self.assertEqual(out["chunk_bytes_cached"], 140 * MIB)
+        self.assertEqual(len(self.chunk_files()), 7)
+        # What no snapshot names now: snap1's two own chunks and snap2's.
+        orphans = {i["path"] for i in self.gs_json("gc", "--dry-run", "--keep-unused", "0")["removed"]}
+        self.assertEqual(len(orphans), 4)
+        self.assertLessEqual(second, orphans)
+        snap1_own = orphans - second
+        self.assertEqual(len(first - snap1_own), 1)  # the shared chunk, which snap3 names
+        # 70 MiB kept: snap2's chunks, the least recently used, go; snap1's stay.
+        dry = self.gs_json("gc", "--dry-run", "--keep-unused", "70M")
+        self.assertEqual(sorted(i["path"] for i in dry["removed"]), sorted(second))
+        self.assertEqual({i["reason"] for i in dry["removed"]}, {"unreferenced, least recently used"})
+        self.assertEqual((dry["removed_bytes"], dry["cached_chunks"], dry["cached_bytes"], dry["keep_unused_bytes"]),
+                         (70 * MIB, 2, 70 * MIB, 70 * MIB))
+        self.assertEqual(len(self.chunk_files()), 7)  # nothing deleted
+        text = self.gs("gc", "--dry-run", "--keep-unused", "70M").stdout
+        self.assertIn("would remove 2 file(s), 70.0 MiB", text)
+        self.assertIn("would keep 2 unreferenced chunk(s), 70.0 MiB, within the limit of 70.0 MiB", text)
+        out = self.gs_json("gc", "--keep-unused", "70M")
+        self.assertEqual(sorted(i["path"] for i in out["removed"]), sorted(second))
+        left = set(self.chunk_files())
+        self.assertEqual(len(left), 5)
+        self.assertFalse(second & left)
+        self.assertLessEqual(first, left)
+        # The remaining snapshot restores with all its chunks: the worker checks
+        # all its memory at every step, and goes on from snap3's last step (the
+        # log has repeated steps since snap1 was restored after snap2).
+        logged = self.steps()
+        self.restore(snap3)
+        self.wait_steps(len(logged) + 5)
+        resumed = self.steps()[len(logged):]
+        self.assertEqual(resumed, list(range(logged[-1] + 1, logged[-1] + 1 + len(resumed))))
+        # Without a limit (the store's set to 0), every orphan goes.
+        self.set_chunk_cache(0)
+        self.assertEqual(len(self.gs_json("gc")["removed"]), 2)
+        self.assertEqual(len(self.chunk_files()), 3)
+        self.wait_steps(len(self.steps()) + 5)  # and no MISMATCH
+
+    def test_a_malformed_store_config_makes_rm_keep_the_chunks_and_gc_refuse(self):
+        snap1, snap2, _ = self.two_snapshots()
+        before = self.chunk_files()
+        config = os.path.join(self.store, "config.json")
+        self.set_chunk_cache("lots")
+        p = self.gs("rm", snap1)
+        self.assertIn("are not collected yet", p.stderr)
+        self.assertIn(f"store settings `{config}`: member `chunk_cache_bytes` is \"lots\"", p.stderr)
+        self.assertEqual(self.chunk_files(), before)
+        p = self.gs("gc", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("garbage collection refused, nothing deleted", p.stderr)
+        self.assertEqual(self.chunk_files(), before)
+        # A limit given on the command line does not need the file.
+        self.assertEqual(len(self.gs_json("gc", "--keep-unused", "0")["removed"]), 2)
+
     def test_a_corrupt_manifest_makes_gc_refuse_and_delete_nothing(self):
         snap1, snap2, _ = self.two_snapshots()
         before = self.chunk_files()

@@ -73,6 +73,12 @@ Status WriteDirect(int fd, const void* data, uint64_t size, const std::string& p
   return Status::Ok();
 }
 
+// The mark of a use (chunk_store.h): both times to now, which the owner, root
+// or a writer of the file may set (an explicit time would take the owner).
+// Failure is not an error of the caller's (see MarkUsed).
+void MarkUsedFd(int fd) { (void)::futimens(fd, nullptr); }
+void MarkUsedPath(const std::string& path) { (void)::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+
 }  // namespace
 
 std::string DigestHex(const ChunkDigest& digest) {
@@ -124,7 +130,10 @@ Status ChunkStore::WriteChunk(const ChunkDigest& digest, const void* data, uint6
   *written = false;
   std::string path = ChunkPath(digest);
   struct stat st{};
-  if (::stat(path.c_str(), &st) == 0) return Status::Ok();  // stored already
+  if (::stat(path.c_str(), &st) == 0) {  // stored already: a use of it
+    MarkUsedPath(path);
+    return Status::Ok();
+  }
   std::string dir = path.substr(0, path.rfind('/'));
   if (::mkdir(dir.c_str(), 0755) == 0) {
     GPUSNAP_RETURN_IF_ERROR(FsyncPath(ChunksDir(root_)));
@@ -160,6 +169,8 @@ Status ChunkStore::WriteChunk(const ChunkDigest& digest, const void* data, uint6
   *written = true;
   return Status::Ok();
 }
+
+void ChunkStore::MarkUsed(const ChunkDigest& digest) const { MarkUsedPath(ChunkPath(digest)); }
 
 Result<ChunkRef> ChunkStore::SaveChunk(const void* data, uint64_t length, SaveStats* stats) const {
   ChunkRef ref;
@@ -266,6 +277,7 @@ Result<ChunkReader> ChunkReader::Open(const ChunkStore& store, const ChunkRef& r
   if (::fstat(fd.get(), &st) != 0) return Status::Errno(errno, "reading chunk `{}`", path);
   if (static_cast<uint64_t>(st.st_size) != ref.length)
     return Status::Error(Code::kCorruption, "chunk `{}` has {} bytes, expected {}", path, st.st_size, ref.length);
+  MarkUsedFd(fd.get());
   XXH3_state_t* state = XXH3_createState();
   if (state == nullptr) return Status::Error(Code::kInternal, "out of memory for a digest state");
   XXH3_128bits_reset(state);

@@ -14,6 +14,24 @@
 // with DirectIo::kOn they bypass it (O_DIRECT where the filesystem allows it),
 // for nodes whose page cache must not fill with device memory.
 //
+// Last use. A collection may keep chunks that no manifest names, up to a
+// limit, evicting the least recently used first (control/chunk_gc.h). A chunk
+// file's mtime is its last use: set when the chunk is written (the rename keeps
+// the temporary's), and set to now when a save finds the chunk stored already,
+// when a reader opens it (ChunkReader::Open, through which Load and every fill
+// of device memory read: the shim's and gpusnap's preload), and by MarkUsed
+// (a pull that finds the chunk present). Why the mtime: atime is not kept
+// under noatime and only coarsely under relatime, and a marker file per chunk
+// would double the inodes and be one more file to create and collect. Nothing
+// else reads a chunk's mtime: its bytes never change after the rename (they
+// are its name), and the collection's age rule is for temporaries, which no
+// reader opens. A mark is one futimens/utimensat, on the descriptor already
+// open where there is one, and never synced: a mark lost to a crash only makes
+// the chunk look older. Setting a file's times takes its owner (the shim that
+// wrote it) or root (gpusnap); where neither holds (a workload of another uid
+// reading chunks written by root, a read-only mount), the mark is skipped and
+// the operation goes on.
+//
 // The manifest (gpu/<pid>.chunks) lists, per allocation, VA, size, device
 // ordinal and the ordered chunk refs; its byte format is in chunk_manifest.h.
 //
@@ -132,6 +150,12 @@ class ChunkStore {
   // `dest` is unspecified.
   Status Load(const ChunkedAllocation& alloc, void* dest, uint64_t dest_size, unsigned threads = 1) const;
 
+  // Marks the stored chunk `digest` used now (its mtime, see the top of this
+  // file), if it is there and this process may; a chunk that is not there
+  // stays absent. Best effort by design: a mark that cannot be made never
+  // fails the read or pull that makes it, so this reports nothing.
+  void MarkUsed(const ChunkDigest& digest) const;
+
   // One chunk at a time, for callers that stage chunks through their own
   // buffers (the shim's pinned staging): stores `length` bytes
   // (1..kChunkBytes) unless they are zero or present and returns the ref.
@@ -154,8 +178,9 @@ class ChunkStore {
 // bytes until Finish says OK.
 class ChunkReader {
  public:
-  // kNotFound naming a missing chunk file; kCorruption for one of the wrong
-  // size. REQUIRES: !ref.zero.
+  // Marks the chunk used (see the top of this file). kNotFound naming a
+  // missing chunk file; kCorruption for one of the wrong size.
+  // REQUIRES: !ref.zero.
   static Result<ChunkReader> Open(const ChunkStore& store, const ChunkRef& ref);
   ChunkReader(ChunkReader&&) noexcept;
   ChunkReader& operator=(ChunkReader&&) noexcept;

@@ -1,10 +1,12 @@
 #include "gpushare/common/chunk_store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -270,6 +272,76 @@ TEST_F(ChunkStoreTest, ReaderReadsInPiecesAndChecksTheDigestAtTheEnd) {
   auto missing = ChunkReader::Open(*store_, ref);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find(path), std::string::npos);
+}
+
+// --- the mark of a use (the chunk's mtime) -----------------------------------
+
+// Sets `path`'s mtime to an hour ago and returns it (ns since the epoch).
+int64_t AgeAnHour(const std::string& path) {
+  struct timespec times[2] = {{0, UTIME_OMIT}, {::time(nullptr) - 3600, 0}};
+  EXPECT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+  return static_cast<int64_t>(times[1].tv_sec) * 1'000'000'000;
+}
+
+int64_t MtimeNs(const std::string& path) {
+  struct stat st{};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+// Within a minute of now: marked by what ran just before.
+bool Recent(int64_t mtime_ns) { return mtime_ns / 1'000'000'000 > static_cast<int64_t>(::time(nullptr)) - 60; }
+
+TEST_F(ChunkStoreTest, ALoadMarksEveryChunkItReads) {
+  auto data = Random(kChunkBytes + 4096, 7);
+  auto a = store_->Save(data.data(), data.size(), 0x1000, 0);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_EQ(a->chunks.size(), 2u);
+  std::vector<std::string> paths;
+  for (const ChunkRef& c : a->chunks) paths.push_back(store_->ChunkPath(c.digest));
+  for (const auto& p : paths) EXPECT_FALSE(Recent(AgeAnHour(p)));
+  Status st;
+  EXPECT_EQ(LoadAll(*a, 2, &st), data);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  for (const auto& p : paths) EXPECT_TRUE(Recent(MtimeNs(p))) << p;
+}
+
+TEST_F(ChunkStoreTest, OpeningAReaderMarksTheChunk) {
+  auto data = Random(5000, 8);
+  auto ref = store_->SaveChunk(data.data(), data.size());
+  ASSERT_TRUE(ref.ok());
+  std::string path = store_->ChunkPath(ref->digest);
+  AgeAnHour(path);
+  auto reader = ChunkReader::Open(*store_, *ref);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_TRUE(Recent(MtimeNs(path)));
+}
+
+TEST_F(ChunkStoreTest, ASaveThatFindsTheChunkStoredMarksIt) {
+  auto data = Random(5000, 9);
+  auto first = store_->SaveChunk(data.data(), data.size());
+  ASSERT_TRUE(first.ok());
+  std::string path = store_->ChunkPath(first->digest);
+  AgeAnHour(path);
+  SaveStats stats;
+  ASSERT_TRUE(store_->SaveChunk(data.data(), data.size(), &stats).ok());
+  EXPECT_EQ(stats.chunks_present, 1u);
+  EXPECT_TRUE(Recent(MtimeNs(path)));
+}
+
+TEST_F(ChunkStoreTest, MarkUsedMarksAStoredChunkAndMakesNoMissingOne) {
+  auto data = Random(5000, 10);
+  auto ref = store_->SaveChunk(data.data(), data.size());
+  ASSERT_TRUE(ref.ok());
+  std::string path = store_->ChunkPath(ref->digest);
+  int64_t aged = AgeAnHour(path);
+  store_->MarkUsed(ref->digest);
+  EXPECT_GT(MtimeNs(path), aged);
+  EXPECT_TRUE(Recent(MtimeNs(path)));
+  ChunkDigest absent{};
+  absent.fill(0xab);
+  store_->MarkUsed(absent);
+  EXPECT_NE(::access(store_->ChunkPath(absent).c_str(), F_OK), 0);
 }
 
 TEST(ChunkStoreHelpers, IsAllZero) {

@@ -109,7 +109,8 @@ Result<std::vector<ChunkStoreFile>> ListChunkStore(const std::string& chunks_dir
       std::string name = d + "/" + f;
       struct stat st{};
       if (::lstat((chunks_dir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      out.push_back({name, static_cast<uint64_t>(st.st_size), now - static_cast<int64_t>(st.st_mtime)});
+      out.push_back({name, static_cast<uint64_t>(st.st_size), now - static_cast<int64_t>(st.st_mtime),
+                     static_cast<int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec});
     }
   }
   return out;
@@ -135,23 +136,62 @@ std::vector<std::string> SnapshotManifests(const SnapshotMeta& meta, const std::
   return {out.begin(), out.end()};
 }
 
+std::vector<size_t> ChooseEvictions(const std::vector<CachedChunk>& chunks, uint64_t keep_bytes) {
+  std::vector<size_t> unreferenced;
+  uint64_t total = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (chunks[i].referenced) continue;
+    unreferenced.push_back(i);
+    total += chunks[i].bytes;
+  }
+  std::sort(unreferenced.begin(), unreferenced.end(), [&](size_t a, size_t b) {
+    const CachedChunk &x = chunks[a], &y = chunks[b];
+    return x.last_used_ns != y.last_used_ns ? x.last_used_ns < y.last_used_ns : x.name < y.name;
+  });
+  std::vector<size_t> out;
+  for (size_t i : unreferenced) {
+    if (total <= keep_bytes) break;
+    out.push_back(i);
+    total -= chunks[i].bytes;
+  }
+  return out;
+}
+
 GcResult DecideSweep(const std::set<std::string>& live, const std::vector<ChunkStoreFile>& files,
-                     int64_t temp_max_age_s) {
+                     int64_t temp_max_age_s, uint64_t keep_unused_bytes) {
   GcResult r;
+  r.keep_unused_bytes = keep_unused_bytes;
+  std::vector<CachedChunk> chunks;
+  std::vector<GcItem> temporaries;
   for (const ChunkStoreFile& f : files) {
     Parsed p = ParseChunkStoreName(f.name);
-    if (p.kind == Kind::kChunk && live.count(p.digest) != 0) {
-      ++r.kept_chunks;
-      r.kept_bytes += f.size;
-    } else if (p.kind == Kind::kChunk || (p.kind == Kind::kTemporary && f.age_s > temp_max_age_s)) {
-      r.removed.push_back({f.name, f.size, p.kind == Kind::kChunk ? "unreferenced" : "stale temporary"});
-      r.removed_bytes += f.size;
+    if (p.kind == Kind::kChunk) {
+      bool referenced = live.count(p.digest) != 0;
+      chunks.push_back({f.name, f.size, f.mtime_ns, referenced});
+      if (referenced) {
+        ++r.kept_chunks;
+        r.kept_bytes += f.size;
+      } else {
+        ++r.cached_chunks;
+        r.cached_bytes += f.size;
+      }
+    } else if (p.kind == Kind::kTemporary && f.age_s > temp_max_age_s) {
+      temporaries.push_back({f.name, f.size, "stale temporary"});
     }
   }
+  const char* reason = keep_unused_bytes == 0 ? "unreferenced" : "unreferenced, least recently used";
+  for (size_t i : ChooseEvictions(chunks, keep_unused_bytes)) {
+    r.removed.push_back({chunks[i].name, chunks[i].bytes, reason});
+    --r.cached_chunks;
+    r.cached_bytes -= chunks[i].bytes;
+  }
+  for (GcItem& t : temporaries) r.removed.push_back(std::move(t));
+  for (const GcItem& item : r.removed) r.removed_bytes += item.bytes;
   return r;
 }
 
-Result<GcResult> CollectChunks(const Store& store, const ChunkStoreLock& lock, bool dry_run) {
+Result<GcResult> CollectChunks(const Store& store, const ChunkStoreLock& lock, bool dry_run,
+                               uint64_t keep_unused_bytes) {
   if (lock.mode() != ChunkStoreLock::Mode::kExclusive)
     return Status::Error(Code::kInternal, "collecting chunks under a shared lock");
   if (!dry_run) store.CleanStaleTemporaries();
@@ -169,7 +209,7 @@ Result<GcResult> CollectChunks(const Store& store, const ChunkStoreLock& lock, b
 
   const std::string chunks_dir = ChunksDir(store.root());
   GPUSNAP_ASSIGN_OR_RETURN(auto files, ListChunkStore(chunks_dir));
-  GcResult r = DecideSweep(LiveChunks(manifests), files, kChunkTempMaxAgeS);
+  GcResult r = DecideSweep(LiveChunks(manifests), files, kChunkTempMaxAgeS, keep_unused_bytes);
   r.manifests = manifests.size();
   std::set<std::string> touched_dirs;
   for (GcItem& item : r.removed) {

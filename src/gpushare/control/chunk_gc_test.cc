@@ -77,7 +77,7 @@ TEST(SnapshotManifestsTest, APlainGpuSnapshotListsOnlyWhatIsThere) {
 
 TEST(DecideSweepTest, UnreferencedChunksGoReferencedStay) {
   std::string a = Hex('a'), b = Hex('b');
-  GcResult r = DecideSweep({a}, {{"aa/" + a, 100, 0}, {"bb/" + b, 30, 0}}, 3600);
+  GcResult r = DecideSweep({a}, {{"aa/" + a, 100, 0}, {"bb/" + b, 30, 0}}, 3600, 0);
   EXPECT_EQ(Names(r), std::vector<std::string>{"bb/" + b + " unreferenced"});
   EXPECT_EQ(r.removed_bytes, 30u);
   EXPECT_EQ(r.kept_chunks, 1u);
@@ -88,7 +88,7 @@ TEST(DecideSweepTest, TemporariesGoOnlyWhenOld) {
   std::string c = Hex('c');
   GcResult r = DecideSweep({c}, {{"cc/" + c + ".tmp-41-0123456789abcdef", 7, 3601},
                                  {"cc/" + c + ".tmp-42-0123456789abcdef", 9, 3600}},
-                           3600);
+                           3600, 0);
   EXPECT_EQ(Names(r), std::vector<std::string>{"cc/" + c + ".tmp-41-0123456789abcdef stale temporary"});
   EXPECT_EQ(r.removed_bytes, 7u);
   EXPECT_EQ(r.kept_chunks, 0u);
@@ -102,9 +102,90 @@ TEST(DecideSweepTest, NamesItDoesNotKnowStay) {
                                 {"dd/" + d + ".bak", 1, 99999},
                                 {"dd/README", 1, 99999},
                                 {"stray", 1, 99999}},
-                           0);
+                           0, 0);
   EXPECT_TRUE(r.removed.empty());
   EXPECT_EQ(r.kept_chunks, 0u);
+}
+
+// --- the cache: what goes when unreferenced chunks may stay ------------------
+
+// `n` (name), `bytes`, last used at `t` (ns), named by a manifest or not.
+CachedChunk C(std::string n, uint64_t bytes, int64_t t, bool referenced = false) {
+  return {std::move(n), bytes, t, referenced};
+}
+
+std::vector<std::string> Evicted(const std::vector<CachedChunk>& chunks, uint64_t keep) {
+  std::vector<std::string> out;
+  for (size_t i : ChooseEvictions(chunks, keep)) out.push_back(chunks[i].name);
+  return out;
+}
+
+TEST(ChooseEvictionsTest, LeastRecentlyUsedGoFirstUntilTheRestFit) {
+  std::vector<CachedChunk> chunks = {C("new", 10, 300), C("old", 10, 100), C("mid", 10, 200)};
+  EXPECT_EQ(Evicted(chunks, 20), std::vector<std::string>{"old"});
+  EXPECT_EQ(Evicted(chunks, 19), (std::vector<std::string>{"old", "mid"}));
+  EXPECT_EQ(Evicted(chunks, 10), (std::vector<std::string>{"old", "mid"}));
+  EXPECT_EQ(Evicted(chunks, 9), (std::vector<std::string>{"old", "mid", "new"}));
+}
+
+TEST(ChooseEvictionsTest, WithinTheLimitNothingGoes) {
+  std::vector<CachedChunk> chunks = {C("a", 10, 1), C("b", 20, 2)};
+  EXPECT_TRUE(Evicted(chunks, 30).empty());
+  EXPECT_TRUE(Evicted(chunks, UINT64_MAX).empty());
+  EXPECT_TRUE(Evicted({}, 0).empty());
+}
+
+TEST(ChooseEvictionsTest, LimitZeroEvictsEveryUnreferencedChunk) {
+  std::vector<CachedChunk> chunks = {C("b", 20, 2), C("live", 5, 0, true), C("a", 10, 1)};
+  EXPECT_EQ(Evicted(chunks, 0), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(ChooseEvictionsTest, AReferencedChunkIsNeverEvictedAndDoesNotCount) {
+  // The oldest and largest is named by a manifest: it stays, and the limit
+  // is for the unreferenced ones alone.
+  std::vector<CachedChunk> chunks = {C("live", 1000, 0, true), C("a", 10, 1), C("b", 10, 2)};
+  EXPECT_EQ(Evicted(chunks, 10), std::vector<std::string>{"a"});
+  EXPECT_TRUE(Evicted({C("live", 1000, 0, true)}, 0).empty());
+}
+
+TEST(ChooseEvictionsTest, StrictlyByAgeEvenWhenAnOldSmallOneWouldNotHaveHadToGo) {
+  // LRU, not a best fit: the old small chunk goes before the newer large one.
+  std::vector<CachedChunk> chunks = {C("small-old", 1, 1), C("large-new", 64, 2)};
+  EXPECT_EQ(Evicted(chunks, 10), (std::vector<std::string>{"small-old", "large-new"}));
+  // And once the rest fit, it stops: the large old one was enough.
+  EXPECT_EQ(Evicted({C("large-old", 64, 1), C("small-new", 1, 2)}, 10), std::vector<std::string>{"large-old"});
+}
+
+TEST(ChooseEvictionsTest, TiesGoByName) {
+  std::vector<CachedChunk> chunks = {C("b", 10, 5), C("a", 10, 5), C("c", 10, 5)};
+  EXPECT_EQ(Evicted(chunks, 10), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(DecideSweepTest, WithALimitTheLeastRecentlyUsedOrphansGoAndTheRestAreCached) {
+  std::string live = Hex('1'), old_orphan = Hex('2'), new_orphan = Hex('3');
+  std::string tmp = "33/" + new_orphan + ".tmp-41-0123456789abcdef";
+  GcResult r = DecideSweep({live},
+                           {{"11/" + live, 100, 0, 1},  // the oldest of all, but named
+                            {"22/" + old_orphan, 30, 0, 2},
+                            {"33/" + new_orphan, 40, 0, 3},
+                            {tmp, 7, 7200, 0}},
+                           3600, 50);
+  EXPECT_EQ(Names(r), (std::vector<std::string>{"22/" + old_orphan + " unreferenced, least recently used",
+                                                tmp + " stale temporary"}));
+  EXPECT_EQ(r.removed_bytes, 37u);
+  EXPECT_EQ(r.kept_chunks, 1u);
+  EXPECT_EQ(r.kept_bytes, 100u);
+  EXPECT_EQ(r.cached_chunks, 1u);
+  EXPECT_EQ(r.cached_bytes, 40u);
+  EXPECT_EQ(r.keep_unused_bytes, 50u);
+}
+
+TEST(DecideSweepTest, WithoutALimitNothingIsCached) {
+  std::string a = Hex('a'), b = Hex('b');
+  GcResult r = DecideSweep({}, {{"aa/" + a, 10, 0, 2}, {"bb/" + b, 10, 0, 1}}, 3600, 0);
+  EXPECT_EQ(Names(r), (std::vector<std::string>{"bb/" + b + " unreferenced", "aa/" + a + " unreferenced"}));
+  EXPECT_EQ(r.cached_chunks, 0u);
+  EXPECT_EQ(r.cached_bytes, 0u);
 }
 
 // --- the lock ----------------------------------------------------------------
@@ -149,9 +230,9 @@ class ChunkGcStoreTest : public ::testing::Test {
     ASSERT_TRUE(published.ok()) << published.ToString();
   }
 
-  Result<GcResult> Collect(bool dry_run) {
+  Result<GcResult> Collect(bool dry_run, uint64_t keep_unused_bytes = 0) {
     GPUSNAP_ASSIGN_OR_RETURN(auto lock, ChunkStoreLock::Acquire(root_, ChunkStoreLock::Mode::kExclusive, 0));
-    return CollectChunks(*store_, lock, dry_run);
+    return CollectChunks(*store_, lock, dry_run, keep_unused_bytes);
   }
 
   bool Exists(const ChunkRef& ref) { return ::access(chunks_->ChunkPath(ref.digest).c_str(), F_OK) == 0; }
@@ -183,7 +264,7 @@ TEST_F(ChunkGcStoreTest, ACollectionExcludesWriters) {
 TEST_F(ChunkGcStoreTest, CollectingUnderASharedLockIsRefused) {
   auto lock = ChunkStoreLock::Acquire(root_, ChunkStoreLock::Mode::kShared, 0);
   ASSERT_TRUE(lock.ok());
-  EXPECT_EQ(CollectChunks(*store_, *lock, true).status().code(), Code::kInternal);
+  EXPECT_EQ(CollectChunks(*store_, *lock, true, 0).status().code(), Code::kInternal);
 }
 
 // --- mark and sweep over a real store ----------------------------------------
@@ -268,6 +349,58 @@ TEST_F(ChunkGcStoreTest, AMissingManifestOfAGpushareSnapshotRefuses) {
 TEST_F(ChunkGcStoreTest, AnUnreadableSnapshotRefuses) {
   ExpectRefusal([](const std::string& dir) { ASSERT_TRUE(WriteFileAtomic(dir + "/gpusnap.json", "{").ok()); },
                 Code::kCorruption, "snapshot `a`");
+}
+
+// Sets the chunk's last use to `ago_s` seconds before now.
+void UsedAgo(const ChunkStore& chunks, const ChunkRef& ref, int64_t ago_s) {
+  struct timespec times[2] = {{0, UTIME_OMIT}, {::time(nullptr) - ago_s, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, chunks.ChunkPath(ref.digest).c_str(), times, 0), 0);
+}
+
+TEST_F(ChunkGcStoreTest, ALimitKeepsTheMostRecentlyUsedOrphansAndNeverANamedChunk) {
+  ChunkRef named = Save('n', 1000), oldest = Save('o', 100), older = Save('p', 100), newest = Save('q', 100);
+  Publish("a", {named});
+  UsedAgo(*chunks_, named, 9000);  // older than any orphan, and still kept
+  UsedAgo(*chunks_, oldest, 3000);
+  UsedAgo(*chunks_, older, 2000);
+  UsedAgo(*chunks_, newest, 1000);
+  // A load of the oldest makes it the most recently used.
+  std::string back(100, '\0');
+  ASSERT_TRUE(chunks_->Load({0, 100, 0, {oldest}}, back.data(), back.size()).ok());
+
+  auto dry = Collect(true, 200);
+  ASSERT_TRUE(dry.ok()) << dry.status().ToString();
+  ASSERT_EQ(dry->removed.size(), 1u);
+  EXPECT_EQ(dry->removed[0].path, chunks_->ChunkPath(older.digest));
+  EXPECT_EQ(dry->removed[0].reason, "unreferenced, least recently used");
+  EXPECT_EQ(dry->cached_chunks, 2u);
+  EXPECT_EQ(dry->cached_bytes, 200u);
+  EXPECT_EQ(dry->keep_unused_bytes, 200u);
+  EXPECT_TRUE(Exists(older));  // a dry run deletes nothing
+
+  auto r = Collect(false, 200);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(Exists(older));
+  EXPECT_TRUE(Exists(oldest));
+  EXPECT_TRUE(Exists(newest));
+  EXPECT_TRUE(Exists(named));
+  // Without a limit, as before: every orphan goes, the named chunk stays.
+  auto all = Collect(false);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->removed.size(), 2u);
+  EXPECT_TRUE(Exists(named));
+  EXPECT_FALSE(Exists(oldest));
+  EXPECT_FALSE(Exists(newest));
+}
+
+TEST_F(ChunkGcStoreTest, ACorruptManifestRefusesWithALimitToo) {
+  ChunkRef orphan = Save('o');
+  Publish("a", {Save('a')});
+  ASSERT_TRUE(WriteFileAtomic(store_->SnapshotDir("a") + "/gpu/2.chunks", "garbage").ok());
+  auto r = Collect(false, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("refused, nothing deleted"), std::string::npos) << r.status().message();
+  EXPECT_TRUE(Exists(orphan));
 }
 
 TEST_F(ChunkGcStoreTest, OldTemporariesOfChunkWritesGo) {
