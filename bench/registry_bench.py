@@ -137,7 +137,7 @@ def main():
                         subprocess.run(["sync", "-f", work], check=True)
                         pull_s.append(time.monotonic() - t)
                     shutil.rmtree(into)
-            res = {"date": time.strftime("%Y-%m-%d"), "snapshot": a.snapshot, "bytes": total, "blobs": len(blobs),
+            res = {"date": time.strftime("%Y-%m-%d"), "snapshot": a.snapshot, "second": a.second, "bytes": total, "blobs": len(blobs),
                    "jobs": a.jobs, "rounds": a.rounds, "push_s": push_s, "push": pushed,
                    "pull_s": pull_s, "curl_s": curl_s,
                    "pull_median_s": statistics.median(pull_s), "curl_median_s": statistics.median(curl_s)}
