@@ -335,6 +335,7 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
     named.insert(c);
     std::string path = gpushare::ChunksDir(store.root()) + "/" + c.substr(0, 2) + "/" + c;
     if (::access(path.c_str(), F_OK) == 0) {
+      p->chunks_->MarkUsed(*gpushare::ParseDigestHex(c));  // a pull that needs it is a use (the chunk cache's LRU)
       p->meter_->BlobSkipped(it->second->blob.size);
     } else {
       missing.push_back(it->second);

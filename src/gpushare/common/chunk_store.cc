@@ -91,6 +91,18 @@ std::string DigestHex(const ChunkDigest& digest) {
   return s;
 }
 
+std::optional<ChunkDigest> ParseDigestHex(std::string_view hex) {
+  if (hex.size() != 32) return std::nullopt;
+  ChunkDigest d{};
+  for (size_t i = 0; i < 32; ++i) {
+    char c = hex[i];
+    int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) return std::nullopt;
+    d[i / 2] = static_cast<uint8_t>(d[i / 2] | (i % 2 == 0 ? v << 4 : v));
+  }
+  return d;
+}
+
 ChunkDigest ComputeChunkDigest(const void* data, uint64_t size) {
   XXH128_canonical_t canon;
   XXH128_canonicalFromHash(&canon, XXH3_128bits(data, size));

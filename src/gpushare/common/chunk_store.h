@@ -43,6 +43,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -90,6 +91,8 @@ struct ChunkedAllocation {
 
 // The 32 hex digits of a digest.
 std::string DigestHex(const ChunkDigest& digest);
+// Pure. The digest 32 lower-case hex digits name; nullopt for anything else.
+std::optional<ChunkDigest> ParseDigestHex(std::string_view hex);
 
 // XXH3-128 of `size` bytes at `data`.
 ChunkDigest ComputeChunkDigest(const void* data, uint64_t size);

@@ -358,5 +358,14 @@ TEST(ChunkStoreHelpers, DigestOfKnownInput) {
   EXPECT_EQ(DigestHex(ComputeChunkDigest("", 0)), "99aa06d3014798d86001c324468d497f");
 }
 
+TEST(ChunkDigestHexTest, ParsesWhatDigestHexPrintsAndNothingElse) {
+  ChunkDigest d = ComputeChunkDigest("chunk", 5);
+  EXPECT_EQ(ParseDigestHex(DigestHex(d)), d);
+  EXPECT_FALSE(ParseDigestHex("").has_value());
+  EXPECT_FALSE(ParseDigestHex(std::string(31, 'a')).has_value());
+  EXPECT_FALSE(ParseDigestHex(std::string(32, 'A')).has_value());
+  EXPECT_FALSE(ParseDigestHex(std::string(31, 'a') + "g").has_value());
+}
+
 }  // namespace
 }  // namespace gpusnap::gpushare
