@@ -319,6 +319,21 @@ for k in $(seq 1 "$cycles"); do
   fi
 done
 
+registry_restore() {  # result name, label, command...: into an empty store, to the first /generate answer
+  local res=$1 label=$2
+  shift 2
+  rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
+  say "$label, into an empty store (to the first /generate answer)" detail
+  "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --exec -- "$@" \
+    >"$results/$res.json" 2>"$logs/$res.err" ||
+    { rm -f "$results/$res.json"; cat "$logs/$res.err" >&2; fail "$label failed"; }
+  add_reaper "$results/$res.json"
+  "$PY" "$LIB" compare --tokens-ref "$results/cold.json" --prev "$prev" --new "$results/$res.json" \
+    --label "$label" || fail "$label: the server does not answer as the cold one did"
+  stop_workloads
+  rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
+}
+
 if [ "$use_registry" = 1 ]; then
   # The same snapshot through a registry on this machine, into empty stores:
   # restored from its reference (the chunks arriving as the restore goes),
@@ -339,28 +354,11 @@ if [ "$use_registry" = 1 ]; then
     "$results/registry-push.raw" "$t0" "$(now)" "$results/registry-push.json"
   stop_workloads
   prev=$before  # both restore the state the last checkpoint took
-  rm -rf "$work_dir/store-ref"
-  say "restore from the reference $ref into an empty store (to the first /generate answer)" detail
-  "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --exec -- \
-    env GPUSNAP_STORE="$work_dir/store-ref" "$gpusnap" --json restore "$ref" --plain-http \
-    >"$results/registry-ref.json" 2>"$logs/registry-ref.err" ||
-    { rm -f "$results/registry-ref.json"; cat "$logs/registry-ref.err" >&2; fail "the restore from the reference failed"; }
-  add_reaper "$results/registry-ref.json"
-  "$PY" "$LIB" compare --tokens-ref "$results/cold.json" --prev "$prev" --new "$results/registry-ref.json" \
-    --label "restore from the reference" || fail "restore from the reference: the server does not answer as the cold one did"
-  stop_workloads
-  rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
-  say "pull, then restore, into an empty store (to the first /generate answer)" detail
-  "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --exec -- \
+  registry_restore registry-ref "restore from the reference" \
+    env GPUSNAP_STORE="$work_dir/store-ref" "$gpusnap" --json restore "$ref" --plain-http
+  registry_restore registry-pull-restore "pull-then-restore" \
     sh -c 'GPUSNAP_STORE="$1" "$2" --json pull "$3" --plain-http >"$4" && GPUSNAP_STORE="$1" exec "$2" --json restore "$5"' \
-    sh "$work_dir/store-pull" "$gpusnap" "$ref" "$results/registry-pull.json" "$snap" \
-    >"$results/registry-pull-restore.json" 2>"$logs/registry-pull-restore.err" ||
-    { rm -f "$results/registry-pull-restore.json"; cat "$logs/registry-pull-restore.err" >&2; fail "pull-then-restore failed"; }
-  add_reaper "$results/registry-pull-restore.json"
-  "$PY" "$LIB" compare --tokens-ref "$results/cold.json" --prev "$prev" --new "$results/registry-pull-restore.json" \
-    --label "pull-then-restore" || fail "pull-then-restore: the server does not answer as the cold one did"
-  stop_workloads
-  rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
+    sh "$work_dir/store-pull" "$gpusnap" "$ref" "$results/registry-pull.json" "$snap"
   kill -TERM "$registry_pid" 2>/dev/null; wait "$registry_pid" 2>/dev/null; registry_pid=""
 fi
 

@@ -38,6 +38,18 @@ void PrintTransfer(const Context& ctx, const char* verb, const TransferResult& r
   std::printf("%s\n", std::string(verb) == "push" ? r.manifest_digest.c_str() : r.id.c_str());
 }
 
+// Push or pull with the store defaulted and the progress shown, then the result.
+template <typename Options>
+void RunTransfer(Context& ctx, const char* verb, Options o, Result<TransferResult> (*transfer)(const Options&)) {
+  if (o.store.empty()) o.store = DefaultStore();
+  ProgressDisplay progress(ctx, verb);
+  o.progress = progress.Fn();
+  auto r = transfer(o);
+  progress.Finish(r.ok());
+  if (!r.ok()) return ctx.Fail(r.status());
+  PrintTransfer(ctx, verb, *r);
+}
+
 }  // namespace
 
 void AddRegistryFlags(CLI::App& sub, RegistryAccess& access) {
@@ -65,16 +77,7 @@ void AddRegistry(CLI::App& app, Context& ctx) {
                    "Another repository of the same registry that may hold the blobs: mounted, not uploaded");
   AddRegistryFlags(*push, popts->access);
   push->footer("Uploads only the blobs the registry lacks, then the manifest. Prints the manifest's digest.");
-  push->callback([&ctx, popts] {
-    PushOptions o = *popts;
-    if (o.store.empty()) o.store = DefaultStore();
-    ProgressDisplay progress(ctx, "push");
-    o.progress = progress.Fn();
-    auto r = Push(o);
-    progress.Finish(r.ok());
-    if (!r.ok()) return ctx.Fail(r.status());
-    PrintTransfer(ctx, "push", *r);
-  });
+  push->callback([&ctx, popts] { RunTransfer(ctx, "push", *popts, Push); });
 
   auto* pull = app.add_subcommand("pull", "Pull a snapshot from an OCI registry into the store");
   auto qopts = std::make_shared<PullOptions>();
@@ -85,16 +88,7 @@ void AddRegistry(CLI::App& app, Context& ctx) {
   pull->footer(
       "Fetches only what the store lacks, checks every digest, and publishes the snapshot at once; an interrupted "
       "pull goes on where it stopped. Prints the snapshot id.");
-  pull->callback([&ctx, qopts] {
-    PullOptions o = *qopts;
-    if (o.store.empty()) o.store = DefaultStore();
-    ProgressDisplay progress(ctx, "pull");
-    o.progress = progress.Fn();
-    auto r = Pull(o);
-    progress.Finish(r.ok());
-    if (!r.ok()) return ctx.Fail(r.status());
-    PrintTransfer(ctx, "pull", *r);
-  });
+  pull->callback([&ctx, qopts] { RunTransfer(ctx, "pull", *qopts, Pull); });
 }
 
 }  // namespace gpusnap::cli

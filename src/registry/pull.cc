@@ -316,6 +316,7 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   p->meter_ = std::make_unique<TransferMeter>("pull", o.progress, result.blobs, total);
   p->meter_->BlobMoved();  // the config, fetched above
   p->meter_->Moved(config.size());
+  PauseIfRequested("pull-files");
   Status files = p->FetchFiles();
   if (!files.ok()) {
     if (files.code() == Code::kIoError) (void)RemoveTree(p->dir_);

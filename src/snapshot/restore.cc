@@ -118,6 +118,9 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   // 0. Pull what the store lacks: the files now, the chunks beside what follows.
   std::string store_root = options.store.empty() ? DefaultStore() : options.store;
   if (registry::LooksLikeReference(options.id)) {
+    if (auto ref = registry::ParseReference(options.id); !ref.ok())
+      return Status::Error(Code::kInvalidArgument, "invalid snapshot id `{}` (an id holds no `/`), nor a registry "
+                           "reference: {}", options.id, ref.status().message());
     auto t = std::chrono::steady_clock::now();
     GPUSNAP_ASSIGN_OR_RETURN(run.pull, registry::StagedPull::Begin({.store = store_root,
                                                                    .reference = options.id,

@@ -81,7 +81,8 @@ class GpuFlowWithFakeDriver(FakeGpuCase):
         self.assertIn("does not match its digest", p.stderr)
         self.assertEqual([w["name"] for w in self.workloads() if w["running"]], [])
         # No task of it is left, stopped or not.
-        out = subprocess.run(["pgrep", "-f", os.path.join(WORKLOADS, "counter")], capture_output=True, text=True)
+        # (This test's counter by its own device stand-in: other tests may run counters at the same time.)
+        out = subprocess.run(["pgrep", "-f", self.device], capture_output=True, text=True)
         left = [pid for pid in out.stdout.split() if self.alive(int(pid))]
         end = time.time() + 5
         while left and time.time() < end:

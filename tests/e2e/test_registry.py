@@ -203,6 +203,18 @@ class PushPullCpu(RegistryMixin, GpusnapCase):
         line = self.one_line_error(self.gs("pull", self.ref, "--plain-http", env=node_b, check=False))
         self.assertIn(f"registry `{self.reg.host}` is unreachable", line)
         self.reg.start()
+        # The registry killed in the middle of a pull (its manifest read, no file yet): one line, nothing
+        # in the store; started again, the next pull completes.
+        node_d = self.other_store("store-d")
+        proc, resume = self.paused(["pull", self.ref, "--plain-http"], "pull-files", env=node_d)
+        self.reg.stop(signal.SIGKILL)
+        open(resume, "w").close()
+        _, err = proc.communicate(timeout=60)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(f"registry `{self.reg.host}`", err)
+        self.assertEqual(self.gs_json("ls", env=node_d), [])
+        self.reg.start()
+        self.assertEqual(self.gs_json("pull", self.ref, "--plain-http", env=node_d)["id"], self.snap)
         # Cut off mid-pull (the files in, not the chunks): the next pull goes on.
         proc, resume = self.paused(["--json", "pull", self.ref, "--plain-http"], "pull-chunks", env=node_b)
         proc.kill()
