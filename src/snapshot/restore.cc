@@ -46,7 +46,7 @@
 #include "gpushare/control/tree.h"
 #include "ns/reaper.h"
 #include "proc/proc.h"
-#include "registry/reference.h"
+#include "store/registry_reference.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
 #include "snapshot/tcp_ports.h"
@@ -109,7 +109,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   // 0. Pull.
   std::string store_root = options.store.empty() ? DefaultStore() : options.store;
   std::string id = options.id;
-  if (registry::LooksLikeReference(id)) {
+  if (LooksLikeRegistryReference(id)) {
     GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, Pull({.store = store_root,
                                                           .reference = options.id,
                                                           .as_id = "",
