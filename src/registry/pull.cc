@@ -248,6 +248,27 @@ Result<TransferResult> Pull(const PullOptions& o) {
                                                                          o.access.plain_http, o.access.timeout_s}));
   GPUSNAP_ASSIGN_OR_RETURN(registry::Manifest manifest, client->GetManifest(ref.repository, ref.ManifestName()));
   GPUSNAP_ASSIGN_OR_RETURN(registry::Artifact artifact, registry::ParseManifest(manifest.bytes, manifest.media_type, r));
+
+  // 2. One pull of a manifest at a time, taken before any blob moves: the
+  // second finds the snapshot in place, its gpusnap.json being the config
+  // blob itself when it keeps its own id, and downloads nothing.
+  std::string hex = manifest.digest.substr(7);
+  std::string pulls = store.root() + "/pulls";
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(pulls, 0700));
+  GPUSNAP_ASSIGN_OR_RETURN(LockFile turn, TakeTurn(pulls + "/" + hex + ".lock", 3600, o.progress));
+  TransferResult result;
+  result.reference = r;
+  result.manifest_digest = manifest.digest;
+  if (std::string own = artifact.snapshot_id; IsValidSnapshotId(own) && (o.as_id.empty() || o.as_id == own)) {
+    auto bytes = ReadFile(store.SnapshotDir(own) + "/" + SnapshotFiles::kMetaFile);
+    if (bytes.ok() && registry::BlobDigest(Sha256Hex(*bytes)) == artifact.config.digest && store.Load(own).ok()) {
+      result.id = own;
+      result.already_present = true;
+      result.blobs = 1 + artifact.files.size() + artifact.chunks.size();
+      return result;
+    }
+  }
+
   GPUSNAP_ASSIGN_OR_RETURN(std::string config, FetchConfig(*client, ref.repository, artifact.config, r));
   auto parsed = SnapshotMetaFromJson(config);
   if (!parsed.ok()) return parsed.status().Wrap(fmt::format("`{}`: its gpusnap.json", r));
@@ -260,14 +281,7 @@ Result<TransferResult> Pull(const PullOptions& o) {
     meta_json = SnapshotMetaToJson(meta);
   }
 
-  // 2. One pull of a manifest at a time; the snapshot may be here already.
-  std::string hex = manifest.digest.substr(7);
-  std::string pulls = store.root() + "/pulls";
-  GPUSNAP_RETURN_IF_ERROR(MakeDirs(pulls, 0700));
-  GPUSNAP_ASSIGN_OR_RETURN(LockFile turn, TakeTurn(pulls + "/" + hex + ".lock", 3600, o.progress));
-  TransferResult result;
-  result.reference = r;
-  result.manifest_digest = manifest.digest;
+  // The snapshot may be here already, under another id (--as).
   result.id = id;
   if (auto here = store.Load(id); here.ok()) {
     auto bytes = ReadFile(store.SnapshotDir(id) + "/" + SnapshotFiles::kMetaFile);
