@@ -50,6 +50,9 @@ inline constexpr std::string_view kAnnotationRestoreContainer = "gpusnap.io/rest
 inline constexpr std::string_view kAnnotationGpuCount = "gpusnap.io/gpu-count";
 inline constexpr std::string_view kAnnotationOriginalCommand = "gpusnap.io/original-command";
 inline constexpr std::string_view kAnnotationMutation = "gpusnap.io/mutation";
+// Read by the agent, not the webhook: a checkpoint of the pod pushes its
+// snapshot to this registry reference (docs/KUBERNETES.md).
+inline constexpr std::string_view kAnnotationPushTo = "gpusnap.io/push-to";
 inline constexpr std::string_view kLabelPlaceholder = "gpusnap.io/placeholder";
 inline constexpr std::string_view kGpuResource = "nvidia.com/gpu";
 inline constexpr std::string_view kPodUidEnv = "GPUSNAP_POD_UID";
