@@ -7,7 +7,15 @@ docker config.json.
 - a counter captured on node A and pushed is restored on node B from its
   reference, and counts on from where it was; B's store holds it after;
 - bad references are refused (400), a reference the registry lacks fails
-  the job and leaves B's store as it was."""
+  the job and leaves B's store as it was;
+- node A's agent captures with pushTo: the job pushes once the snapshot is
+  published and reports the manifest's digest; node B's agent restores from
+  the reference and the counter counts on; two restores of one reference
+  started together on B download each blob once (the registry's log says
+  so; one pull finds the snapshot that the other brought);
+- a push the registry refuses fails the job, the snapshot kept in A's store."""
+import collections
+import hashlib
 import json
 import os
 import re
@@ -113,6 +121,21 @@ class TwoNodes(base.AgentCase):
         with open(self.registry.log, errors="replace") as f:
             return [(m["digest"], m["code"]) for m in BLOB_GET.finditer(f.read())]
 
+    @staticmethod
+    def blobs_of(node, snapshot):
+        """The snapshot's blobs as a registry holds them: gpusnap.json (the
+        config) and every file it lists (dump.log and stats-dump stay
+        home), as a Counter of digests, a digest counted once for each file
+        that has it."""
+        root = os.path.join(node.store, "snapshots", snapshot)
+        with open(os.path.join(root, "gpusnap.json"), "rb") as f:
+            config = f.read()
+        blobs = collections.Counter(["sha256:" + hashlib.sha256(config).hexdigest()])
+        for path in json.loads(config)["files"]:
+            with open(os.path.join(root, path), "rb") as f:
+                blobs["sha256:" + hashlib.sha256(f.read()).hexdigest()] += 1
+        return blobs
+
     def assert_counts_on(self, pid, before):
         self.assertGreaterEqual(self.count(pid), before)  # from where it was, not from 0
         self.wait_count(pid, self.count(pid) + 5)
@@ -182,6 +205,106 @@ class RestoreOfAReference(TwoNodes):
         self.assertEqual(self.b.snapshot_ids(), [])
         self.assertIn('gpusnap_operations_total{kind="restore",result="failed"} 1',
                       agent.request("GET", "/metrics")[1])
+
+
+class CaptureAndPushThenRestoreElsewhere(TwoNodes):
+    def capture_with_push(self, agent, name, ref):
+        """A counter on node A captured by A's agent with pushTo: the job,
+        and the count the counter had reached."""
+        pid = self.counter_on(self.a, name)
+        before = self.count(pid)
+        job = self.wait_job(agent, self.checkpoint_via(agent, {"pid": pid, "pushTo": ref}))
+        self.assertTrue(self.wait_gone(pid))
+        return job, before
+
+    def test_pushed_by_node_a_restored_by_node_b(self):
+        a = self.a.start_agent(*self.registry_flags())
+        b = self.b.start_agent(*self.registry_flags())
+        ref = self.ref("ml/counter", "warm")
+        job, before = self.capture_with_push(a, "pushed", ref)
+        self.assertEqual(job["state"], "succeeded", f"{job}\n{a.log()}")
+        push = job["push"]
+        self.assertEqual((push["reference"], push["done"]), (ref, True), push)
+        self.assertRegex(push["digest"], r"^sha256:[0-9a-f]{64}$")
+        # A registry that had none of them: every blob went up (files of
+        # equal content are one blob, uploaded once or, by two uploads at
+        # once, twice).
+        blobs = self.blobs_of(self.a, job["snapshot"])
+        self.assertEqual(push["blobs"], sum(blobs.values()))
+        self.assertEqual(push["blobsMoved"] + push["blobsSkipped"], push["blobs"])
+        self.assertGreaterEqual(push["blobsMoved"], len(blobs))
+        self.assertEqual(job["phase"], "push")
+        for phase in ("dump", "publish", "push-verify", "push"):
+            self.assertIn(phase, job["timings"])
+        self.assertIn(f"pushed `{job['snapshot']}` to {ref} ({push['digest']})", a.log())
+
+        restored = self.wait_job(b, self.restore_via(b, {"snapshot": ref}))
+        self.assertEqual(restored["state"], "succeeded", f"{restored}\n{b.log()}")
+        self.assertEqual(restored["pull"]["digest"], push["digest"])
+        self.assertEqual((restored["snapshot"], restored["restoredName"]), (job["snapshot"], "pushed"))
+        self.assert_counts_on(restored["restoredPid"], before)
+        self.assertEqual(self.b.snapshot_ids(), [job["snapshot"]])
+
+        # A second capture of the same tree, pushed to another tag: only what
+        # the registry lacks goes up.
+        moved = restored["restoredPid"]
+        status, again = b.request("POST", "/v1/checkpoints",
+                                  {"pid": moved, "leaveRunning": True, "pushTo": self.ref("ml/counter", "later")})
+        self.assertEqual(status, 202, again)
+        again = self.wait_job(b, again["job"])
+        self.assertEqual(again["state"], "succeeded", f"{again}\n{b.log()}")
+        self.assertGreater(again["push"]["blobsSkipped"], 0, again["push"])
+        self.wait_count(moved, self.count(moved) + 3)
+
+    def test_two_restores_of_one_reference_download_each_blob_once(self):
+        a = self.a.start_agent(*self.registry_flags())
+        ref = self.ref("ml/counter", "twice")
+        job, before = self.capture_with_push(a, "twice", ref)
+        self.assertEqual(job["state"], "succeeded", f"{job}\n{a.log()}")
+        gets_before = len(self.blob_gets())
+
+        b = self.b.start_agent(*self.registry_flags())
+        first = self.restore_via(b, {"snapshot": ref, "name": "one"})
+        second = self.restore_via(b, {"snapshot": ref, "name": "two"})
+        jobs = [self.wait_job(b, first), self.wait_job(b, second)]
+        for j in jobs:
+            self.assertEqual(j["state"], "succeeded", f"{j}\n{b.log()}")
+            self.assert_counts_on(j["restoredPid"], before)
+        self.assertEqual(sorted(w["name"] for w in self.b.workloads() if w["running"]), ["one", "two"])
+        # One pull brought it; the other found it in the store.
+        pulls = sorted((j["pull"] for j in jobs), key=lambda p: p["alreadyPresent"])
+        self.assertEqual([p["alreadyPresent"] for p in pulls], [False, True], pulls)
+        self.assertEqual(pulls[0]["bytesMoved"], pulls[0]["bytesTotal"])
+        self.assertEqual(pulls[1]["bytesMoved"], 0)
+        # And the registry served what one pull takes: each blob the snapshot
+        # has once (a blob two of its files share, once for each).
+        gets = self.blob_gets()[gets_before:]
+        self.assertEqual(collections.Counter(d for d, _ in gets), self.blobs_of(self.a, job["snapshot"]))
+        self.assertEqual({code for _, code in gets}, {"200"})
+
+    def test_a_refused_push_fails_the_job_and_keeps_the_snapshot(self):
+        if self.MODE == "plain":
+            # Plain HTTP to a registry that speaks no HTTP at all: nothing listens there.
+            flags = ["--plain-http"]
+            ref = f"127.0.0.1:{base.free_port()}/ml/counter:lost"
+        else:
+            flags = ["--ca-file", self.registry.ca_file, "--registry-config", write_docker_config(
+                os.path.join(self.tmp, "reader", "config.json"), self.registry.host,
+                self.registry.reader_username, self.registry.reader_password)]  # may pull, not push
+            ref = self.ref("ml/counter", "refused")
+        a = self.a.start_agent(*flags)
+        job, _ = self.capture_with_push(a, "refused", ref)
+        self.assertEqual(job["state"], "failed", job)
+        self.assertIn(f"snapshot `{job['snapshot']}` is in the store; pushing it to `{ref}` failed", job["error"])
+        self.assertEqual(self.a.snapshot_ids(), [job["snapshot"]])
+        self.assertFalse(job["push"]["done"], job["push"])
+        self.assertNotIn("digest", job["push"])
+        if self.MODE != "plain":
+            self.assertNotIn(self.registry.reader_password, a.log() + job["error"])
+
+
+class CaptureAndPushThenRestoreElsewhereOverTls(CaptureAndPushThenRestoreElsewhere):
+    MODE = "tls-token"
 
 
 class RestoreOfAReferenceOverTls(RestoreOfAReference):
