@@ -184,6 +184,12 @@ class RestoreOfAReference(TwoNodes):
         self.assertEqual((job["pull"]["alreadyPresent"], job["pull"]["bytesMoved"]), (True, 0), job["pull"])
         self.assertEqual(len(self.blob_gets()), gets)
         self.assert_counts_on(job["restoredPid"], before)
+
+        # The CLI of node B goes through its agent, with the agent's registry settings.
+        p = self.b.gs("restore", "--agent", agent.socket, ref, "--name", "via-cli")
+        self.assertIn("[restore] pull done", p.stderr)
+        self.assert_counts_on(int(p.stdout.strip().splitlines()[-1]), before)
+        self.assertEqual(agent.request("GET", "/v1/jobs")[1][0]["restoredName"], "via-cli")
         self.assert_no_fail_in_logs()
 
     def test_bad_and_unknown_references(self):
