@@ -18,6 +18,8 @@
 
 #include "agent/bounded_server.h"
 #include "gpusnap/snapshot.h"
+#include "gpusnap/workload.h"
+#include "k8s/kubeconfig.h"
 #include "k8s/webhook_server.h"
 #include "util/files.h"
 
@@ -294,6 +296,21 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
     GPUSNAP_ASSIGN_OR_RETURN(impl->token, ReadToken(o.token_file));
   }
   if (!o.service.log) o.service.log = [](const std::string& l) { std::fprintf(stderr, "[agent] %s\n", l.c_str()); };
+  if (!o.kube.enabled && !o.kube.kubeconfig.empty())
+    return Status::Error(Code::kInvalidArgument, "--kubeconfig is for --kube");
+  // The API server, for what the service asks of it: a pod's push-to, the
+  // registry's Secret.
+  std::shared_ptr<const k8s::KubeClient> kube;
+  if (o.kube.enabled) {
+    auto config = o.kube.kubeconfig.empty() ? k8s::LoadInClusterConfig() : k8s::LoadKubeconfig(o.kube.kubeconfig);
+    if (!config.ok()) return config.status().Wrap("kube");
+    auto client = k8s::KubeClient::Create(std::move(*config));
+    if (!client.ok()) return client.status().Wrap("kube");
+    kube = std::move(*client);
+    o.service.pod_push_to = MakePodPushTo(kube);
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(o.service.registry,
+                           MakeRegistryAccess(o.registry, kube, RunDir() + "/agent", o.service.log));
   GPUSNAP_ASSIGN_OR_RETURN(impl->service, Service::Open(o.service));
   for (const auto& note : impl->service->recovery_notes()) o.service.log("recovery: " + note);
 
@@ -343,8 +360,6 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
   }
   if (o.kube.enabled) {
     GPUSNAP_ASSIGN_OR_RETURN(impl->watcher, PlaceholderWatcher::Start(o.kube, *impl->service, o.service.log));
-  } else if (!o.kube.kubeconfig.empty()) {
-    return Status::Error(Code::kInvalidArgument, "--kubeconfig is for --kube");
   }
   return std::unique_ptr<AgentServer>(new AgentServer(std::move(impl)));
 }

@@ -13,7 +13,9 @@
 // but /metrics (Prometheus text); every refusal closes its connection.
 //
 // With kube.enabled, the agent also restores the placeholder pods of its node
-// (agent/placeholder_watcher.h) from Start() until Serve() returns.
+// (agent/placeholder_watcher.h) from Start() until Serve() returns, reads a
+// pod's gpusnap.io/push-to when it checkpoints it, and may take registry
+// credentials from a Secret (agent/registry_access.h).
 //
 // Thread-safety: Stop() may be called from any thread.
 #pragma once
@@ -23,6 +25,7 @@
 #include <string>
 
 #include "agent/placeholder_watcher.h"
+#include "agent/registry_access.h"
 #include "agent/service.h"
 #include "gpusnap/status.h"
 
@@ -39,6 +42,7 @@ struct AgentOptions {
   size_t max_connections = 256;          // per listener, served or waiting; 0: no limit
   size_t max_connections_per_peer = 4;   // TCP, served at once from one address; 0: no limit
   KubeOptions kube;                // the Kubernetes mode (agent/placeholder_watcher.h)
+  RegistrySettings registry;       // pulls and pushes (agent/registry_access.h)
 };
 
 class AgentServer {

@@ -31,6 +31,37 @@ void ApplyProgress(Job& job, const std::string& phase, double seconds, uint64_t 
   }
 }
 
+void ApplyTransferProgress(Job& job, const std::string& phase, double seconds, uint64_t bytes, bool done) {
+  JobTransfer& t = *job.transfer;
+  if (!done) {
+    t.bytes_moved += bytes;
+    t.progress = phase;
+    return;
+  }
+  // The transfer's own phase ("pull", "push") or a step of it ("verify").
+  std::string verb = job.kind == "restore" ? "pull" : "push";
+  std::string name = phase == verb ? phase : verb + "-" + phase;
+  job.phase = name;
+  job.timings_s[name] = seconds;
+}
+
+void FinishTransfer(Job& job, const TransferResult& r) {
+  JobTransfer& t = *job.transfer;
+  t.digest = r.manifest_digest;
+  t.blobs = r.blobs;
+  t.blobs_moved = r.blobs_moved;
+  t.blobs_skipped = r.blobs_skipped;
+  t.bytes_moved = r.bytes_moved;
+  t.bytes_total = r.bytes_total;
+  t.seconds = r.seconds;
+  t.already_present = r.already_present;
+  t.done = true;
+  t.progress.clear();
+  std::string verb = job.kind == "restore" ? "pull" : "push";
+  job.phase = verb;
+  job.timings_s[verb] = r.seconds;
+}
+
 void Succeed(Job& job, const std::string& now) {
   job.state = JobState::kSucceeded;
   job.finished = now;
@@ -51,6 +82,12 @@ Job Interrupted(Job job, bool snapshot_published, const std::string& now) {
   if (job.kind == "checkpoint")
     outcome = snapshot_published ? "; snapshot `" + job.snapshot + "` had been published whole"
                                  : "; no snapshot was published";
+  if (job.transfer && !job.transfer->done) {
+    if (job.kind == "restore")
+      outcome += "; its pull of `" + job.transfer->reference + "` had not finished (a new one goes on from there)";
+    else if (snapshot_published)
+      outcome += ", but its push to `" + job.transfer->reference + "` had not finished";
+  }
   Fail(job, "the agent stopped " + where + " and was restarted" + outcome, now);
   return job;
 }
@@ -73,6 +110,16 @@ std::string JobToJson(const Job& job) {
   if (!job.snapshot.empty()) j["snapshot"] = job.snapshot;
   if (job.restored_pid > 0) j["restoredPid"] = job.restored_pid;
   if (!job.restored_name.empty()) j["restoredName"] = job.restored_name;
+  if (job.transfer) {
+    const JobTransfer& t = *job.transfer;
+    Json tj = {{"reference", t.reference},   {"blobs", t.blobs},           {"blobsMoved", t.blobs_moved},
+               {"blobsSkipped", t.blobs_skipped}, {"bytesMoved", t.bytes_moved}, {"bytesTotal", t.bytes_total},
+               {"seconds", t.seconds},       {"done", t.done}};
+    if (!t.digest.empty()) tj["digest"] = t.digest;
+    if (!t.progress.empty()) tj["progress"] = t.progress;
+    if (job.kind == "restore") tj["alreadyPresent"] = t.already_present;
+    j[job.kind == "restore" ? "pull" : "push"] = tj;
+  }
   if (!job.source.empty()) {
     Json procs = Json::array();
     for (const auto& p : job.source) procs.push_back({{"pid", p.pid}, {"startTime", p.start_time}});
@@ -133,6 +180,23 @@ Result<Job> JobFromJson(std::string_view text) {
     job.snapshot = j.value("snapshot", "");
     job.restored_pid = IntegerField<int>(j, "restoredPid", 0);
     job.restored_name = j.value("restoredName", "");
+    if (const char* key = job.kind == "restore" ? "pull" : "push"; j.contains(key)) {
+      const Json& tj = j.at(key);
+      if (!tj.is_object()) return Status::Error(Code::kCorruption, "job record: `{}` is not an object", key);
+      JobTransfer t;
+      t.reference = tj.value("reference", "");
+      t.digest = tj.value("digest", "");
+      t.progress = tj.value("progress", "");
+      t.blobs = IntegerField<uint64_t>(tj, "blobs", 0);
+      t.blobs_moved = IntegerField<uint64_t>(tj, "blobsMoved", 0);
+      t.blobs_skipped = IntegerField<uint64_t>(tj, "blobsSkipped", 0);
+      t.bytes_moved = IntegerField<uint64_t>(tj, "bytesMoved", 0);
+      t.bytes_total = IntegerField<uint64_t>(tj, "bytesTotal", 0);
+      t.seconds = tj.value("seconds", 0.0);
+      t.already_present = tj.value("alreadyPresent", false);
+      t.done = tj.value("done", false);
+      job.transfer = std::move(t);
+    }
     for (const auto& p : j.value("source", Json::array())) {
       if (!p.is_object() || !p.contains("pid") || !p.contains("startTime"))
         return Status::Error(Code::kCorruption, "job record: a source without pid and startTime");

@@ -14,9 +14,11 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "gpusnap/distribution.h"
 #include "gpusnap/status.h"
 
 namespace gpusnap::agent {
@@ -29,6 +31,21 @@ const char* JobStateName(JobState state);
 struct TrackedProcess {
   pid_t pid = 0;
   uint64_t start_time = 0;
+};
+
+// A job's transfer with a registry: a restore's pull of a reference before
+// it restores, a checkpoint's push once its snapshot is published. Shown as
+// the job's "pull" or "push" object.
+struct JobTransfer {
+  std::string reference;          // as asked
+  std::string digest;             // the manifest's ("sha256:..."), once known
+  std::string progress;           // while it runs: the last line the transfer reported
+  uint64_t blobs = 0, blobs_moved = 0, blobs_skipped = 0;
+  uint64_t bytes_moved = 0;       // counted as they move
+  uint64_t bytes_total = 0;       // of the artifact, once done
+  double seconds = 0;
+  bool already_present = false;   // a pull that found the snapshot in the store
+  bool done = false;
 };
 
 struct Job {
@@ -47,11 +64,19 @@ struct Job {
   pid_t restored_pid = 0;         // restore: the new tree's root, host pid
   std::string restored_name;      // restore: its workload name
   std::vector<TrackedProcess> source;  // checkpoint: the tree when the job started
+  std::optional<JobTransfer> transfer; // restore of a reference: its pull; checkpoint with push-to: its push
 };
 
 // A phase ended (`done`) or moved `bytes`: the job's new phase/bytes/timings.
 // REQUIRES: job.state == kRunning.
 void ApplyProgress(Job& job, const std::string& phase, double seconds, uint64_t bytes, bool done);
+// The transfer's progress (REQUIRES: job.transfer): a line while it runs,
+// and the bytes it moved since the last report; a step of it that ended
+// (`done`) is a phase of the job: "pull", "push", or "push-verify".
+void ApplyTransferProgress(Job& job, const std::string& phase, double seconds, uint64_t bytes, bool done);
+// The transfer's account once it is over (REQUIRES: job.transfer).
+void FinishTransfer(Job& job, const TransferResult& result);
+
 // REQUIRES: job.state == kRunning. Ends the job.
 void Succeed(Job& job, const std::string& now);
 void Fail(Job& job, const std::string& error, const std::string& now);

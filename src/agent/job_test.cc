@@ -43,6 +43,54 @@ TEST(AgentJob, InterruptedNamesThePhaseAndTheOutcome) {
   EXPECT_NE(published.error.find("`s1` had been published"), std::string::npos) << published.error;
 }
 
+TEST(AgentJob, ATransferReportsItsProgressThenItsAccount) {
+  Job j = Running();
+  j.kind = "restore";
+  j.snapshot = "";
+  j.transfer.emplace();
+  j.transfer->reference = "127.0.0.1:5000/a/b:v1";
+  ApplyTransferProgress(j, "pull: 1 of 3 blobs moved", 1.0, 1000, false);
+  ApplyTransferProgress(j, "pull: 2 of 3 blobs moved", 2.0, 500, false);
+  EXPECT_EQ(j.transfer->bytes_moved, 1500u);
+  EXPECT_EQ(j.transfer->progress, "pull: 2 of 3 blobs moved");
+  EXPECT_EQ(j.phase, "");  // no phase of the job has ended yet
+  Job cut = Interrupted(j, false, "now");
+  EXPECT_NE(cut.error.find("its pull of `127.0.0.1:5000/a/b:v1` had not finished"), std::string::npos) << cut.error;
+  TransferResult r;
+  r.manifest_digest = "sha256:" + std::string(64, 'c');
+  r.blobs = 3;
+  r.blobs_moved = 2;
+  r.blobs_skipped = 1;
+  r.bytes_moved = 1600;
+  r.bytes_total = 2000;
+  r.seconds = 2.5;
+  FinishTransfer(j, r);
+  EXPECT_EQ(j.phase, "pull");
+  EXPECT_EQ(j.timings_s.at("pull"), 2.5);
+  EXPECT_TRUE(j.transfer->done);
+  EXPECT_EQ(j.transfer->progress, "");
+  auto back = JobFromJson(JobToJson(j));
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_TRUE(back->transfer.has_value());
+  EXPECT_EQ(back->transfer->digest, r.manifest_digest);
+  EXPECT_EQ(back->transfer->blobs_moved, 2u);
+  EXPECT_EQ(back->transfer->bytes_total, 2000u);
+  EXPECT_TRUE(back->transfer->done);
+  EXPECT_NE(JobToJson(j).find("\"pull\""), std::string::npos);
+}
+
+TEST(AgentJob, APushStepIsAPhaseOfTheCheckpoint) {
+  Job j = Running();
+  j.transfer.emplace();
+  j.transfer->reference = "r.example/x:1";
+  ApplyTransferProgress(j, "verify", 0.5, 4096, true);
+  EXPECT_EQ(j.timings_s.at("push-verify"), 0.5);
+  EXPECT_EQ(j.transfer->bytes_moved, 0u);  // verified, not moved
+  Job cut = Interrupted(j, true, "now");
+  EXPECT_NE(cut.error.find("but its push to `r.example/x:1` had not finished"), std::string::npos) << cut.error;
+  EXPECT_NE(JobToJson(j).find("\"push\""), std::string::npos);
+}
+
 TEST(AgentJob, InterruptedLeavesFinishedJobsAlone) {
   Job j = Running();
   Fail(j, "CRIU said no", "t");

@@ -5,6 +5,8 @@
 #include "agent/request.h"
 #include "gpusnap/snapshot.h"
 #include "k8s/mutate.h"
+#include "store/registry_reference.h"
+#include "util/progress_bar.h"
 
 namespace gpusnap::agent {
 
@@ -109,17 +111,22 @@ PodDecision DecidePod(const json& pod, std::string_view node, Memory memory) {
   if (p.container.empty()) return decide(PodStep::kFail, "the pod has no container to restore into");
   if (!HasContainer(pod, p.container))
     return decide(PodStep::kFail, fmt::format("the pod has no container `{}` to restore into", p.container));
-  if (!IsValidSnapshotId(p.snapshot))
+  bool reference = LooksLikeRegistryReference(p.snapshot);
+  if (reference) {
+    if (auto ref = ParseRegistryReference(p.snapshot); !ref.ok())
+      return decide(PodStep::kFail, fmt::format("{}: {}", k8s::kAnnotationRestoreFrom, ref.status().message()));
+  } else if (!IsValidSnapshotId(p.snapshot)) {
     return decide(PodStep::kFail, fmt::format("{} `{}` is not a snapshot id", k8s::kAnnotationRestoreFrom,
                                               p.snapshot));
+  }
   if (runtime_id.empty()) return decide(PodStep::kWait, fmt::format("container `{}` is not running yet", p.container));
   if (!IsValidContainerId(p.container_id))
     return decide(PodStep::kFail, fmt::format("container `{}` has the id `{}`, which the agent cannot find through "
                                               "cgroups (12 to 64 lowercase hex digits are expected)",
                                               p.container, runtime_id));
   return decide(PodStep::kRestore,
-                fmt::format("restore snapshot `{}` into container `{}` ({})", p.snapshot, p.container,
-                            p.container_id.substr(0, 12)));
+                fmt::format("restore {} `{}` into container `{}` ({})", reference ? "registry reference" : "snapshot",
+                            p.snapshot, p.container, p.container_id.substr(0, 12)));
 }
 
 json RecordPatch(const RestoreRecord& record, std::string_view resource_version) {
@@ -127,9 +134,25 @@ json RecordPatch(const RestoreRecord& record, std::string_view resource_version)
                  {{"annotations",
                    {{std::string(kAnnotationRestoreStatus), record.status},
                     {std::string(kAnnotationRestoreJob), OrNull(record.job)},
-                    {std::string(kAnnotationRestoreError), OrNull(Cut(record.error, 4000))}}}}}};
+                    {std::string(kAnnotationRestoreError), OrNull(Cut(record.error, 4000))},
+                    {std::string(kAnnotationRestoreProgress), nullptr}}}}}};
   if (!resource_version.empty()) patch["metadata"]["resourceVersion"] = resource_version;
   return patch;
+}
+
+std::string RestoreProgress(const Job& job) {
+  if (!job.transfer) return "";
+  const JobTransfer& t = *job.transfer;
+  if (!t.done) return t.progress.empty() ? fmt::format("pulling {}", t.reference) : t.progress;
+  std::string pulled = t.already_present
+                           ? fmt::format("{} ({}) was in the node's store", t.reference, t.digest)
+                           : fmt::format("pulled {} ({}): {} of {} blobs, {}", t.reference, t.digest, t.blobs_moved,
+                                         t.blobs, HumanBytes(t.bytes_moved));
+  return fmt::format("{}; restoring, {} done", pulled, job.phase);
+}
+
+json ProgressPatch(std::string_view progress) {
+  return {{"metadata", {{"annotations", {{std::string(kAnnotationRestoreProgress), Cut(progress, 1000)}}}}}};
 }
 
 json RestoreEvent(const PlaceholderPod& pod, bool restored, const std::string& message, std::string_view node,

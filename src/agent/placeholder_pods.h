@@ -3,10 +3,16 @@
 // functions: what to do with a pod, the merge patches that record a restore
 // on it, the Event that reports the result. placeholder_watcher.h does the I/O.
 //
+// gpusnap.io/restore-from names a snapshot of the node's store, or a
+// registry reference (it holds a `/`), which the job pulls first: what the
+// store lacks of it is fetched.
+//
 // A pod's restore is recorded in its annotations:
-//   gpusnap.io/restore-status  restoring | restored | failed
-//   gpusnap.io/restore-job     the agent's job id (GET /v1/jobs/<id> on its node)
-//   gpusnap.io/restore-error   why it failed (failed only)
+//   gpusnap.io/restore-status    restoring | restored | failed
+//   gpusnap.io/restore-job       the agent's job id (GET /v1/jobs/<id> on its node)
+//   gpusnap.io/restore-error     why it failed (failed only)
+//   gpusnap.io/restore-progress  while a reference is pulled and restored: how far
+//                                (RestoreProgress); removed with the result
 // The agent sets restoring before it starts the job, with the pod's
 // resourceVersion as a precondition, so a pod is restored at most once, also
 // across agent restarts. A pod with any status is never restored again;
@@ -28,6 +34,7 @@ namespace gpusnap::agent {
 inline constexpr std::string_view kAnnotationRestoreStatus = "gpusnap.io/restore-status";
 inline constexpr std::string_view kAnnotationRestoreJob = "gpusnap.io/restore-job";
 inline constexpr std::string_view kAnnotationRestoreError = "gpusnap.io/restore-error";
+inline constexpr std::string_view kAnnotationRestoreProgress = "gpusnap.io/restore-progress";
 inline constexpr std::string_view kStatusRestoring = "restoring";
 inline constexpr std::string_view kStatusRestored = "restored";
 inline constexpr std::string_view kStatusFailed = "failed";
@@ -37,7 +44,7 @@ inline constexpr std::string_view kReasonRestoreFailed = "GpusnapRestoreFailed";
 // What the agent reads of a pod. Empty strings for what the pod lacks.
 struct PlaceholderPod {
   std::string namespace_name, name, uid, resource_version, node;
-  std::string snapshot;        // gpusnap.io/restore-from
+  std::string snapshot;        // gpusnap.io/restore-from: a snapshot id, or a registry reference
   std::string container;       // the placeholder container's name
   std::string container_id;    // its runtime id once it runs ("containerd://<id>" without the scheme)
   std::string restore_status;  // gpusnap.io/restore-status
@@ -76,10 +83,17 @@ struct RestoreRecord {
   std::string job;     // empty: removed
   std::string error;   // empty: removed
 };
-// A merge patch that sets the annotations of `record`. With a resource
-// version, the patch applies only to that version of the pod (HTTP 409
-// otherwise): the agent's claim before it restores.
+// A merge patch that sets the annotations of `record` (and removes the
+// progress). With a resource version, the patch applies only to that version
+// of the pod (HTTP 409 otherwise): the agent's claim before it restores.
 nlohmann::json RecordPatch(const RestoreRecord& record, std::string_view resource_version = "");
+
+// How far a running restore job is, for gpusnap.io/restore-progress: its
+// pull's last line while it pulls, then what the pull did and the job's last
+// phase. Empty for a job that pulls nothing (a snapshot of the store).
+std::string RestoreProgress(const Job& job);
+// A merge patch that sets gpusnap.io/restore-progress.
+nlohmann::json ProgressPatch(std::string_view progress);
 
 // A core v1 Event about the pod's placeholder container: reason
 // GpusnapRestored (Normal) or GpusnapRestoreFailed (Warning). `now` is RFC

@@ -161,9 +161,47 @@ TEST(DecidePod, StatusRemovedAfterARecordIsANewAttempt) {
 }
 
 TEST(DecidePod, InvalidSnapshotIdFails) {
-  PodDecision d = Decide(WithAnnotation(Placeholder(), "gpusnap.io/restore-from", "../etc"));
+  PodDecision d = Decide(WithAnnotation(Placeholder(), "gpusnap.io/restore-from", ".etc"));
   EXPECT_EQ(d.step, PodStep::kFail);
-  EXPECT_NE(d.reason.find("`../etc` is not a snapshot id"), std::string::npos);
+  EXPECT_NE(d.reason.find("`.etc` is not a snapshot id"), std::string::npos);
+}
+
+TEST(DecidePod, ARegistryReferenceIsRestoredAndAMalformedOneFails) {
+  PodDecision d = Decide(WithAnnotation(Placeholder(), "gpusnap.io/restore-from", "registry.example:5000/ml/vllm:warm"));
+  ASSERT_EQ(d.step, PodStep::kRestore) << d.reason;
+  EXPECT_EQ(d.pod.snapshot, "registry.example:5000/ml/vllm:warm");
+  EXPECT_NE(d.reason.find("registry reference"), std::string::npos) << d.reason;
+  // With a `/`, a reference, and refused as one.
+  PodDecision bad = Decide(WithAnnotation(Placeholder(), "gpusnap.io/restore-from", "../etc"));
+  EXPECT_EQ(bad.step, PodStep::kFail);
+  EXPECT_NE(bad.reason.find("gpusnap.io/restore-from: invalid registry reference `../etc`"), std::string::npos)
+      << bad.reason;
+}
+
+TEST(RestoreProgress, ThePullThenWhatItDid) {
+  Job job;
+  job.kind = "restore";
+  EXPECT_EQ(RestoreProgress(job), "");  // a snapshot of the store: nothing to show
+  job.transfer.emplace();
+  job.transfer->reference = "r.example/ml/x:v1";
+  EXPECT_EQ(RestoreProgress(job), "pulling r.example/ml/x:v1");
+  job.transfer->progress = "pull: 3 of 9 blobs moved";
+  EXPECT_EQ(RestoreProgress(job), "pull: 3 of 9 blobs moved");
+  job.transfer->done = true;
+  job.transfer->digest = "sha256:ab";
+  job.transfer->blobs = 9;
+  job.transfer->blobs_moved = 9;
+  job.transfer->bytes_moved = 2048;
+  job.phase = "verify";
+  EXPECT_EQ(RestoreProgress(job), "pulled r.example/ml/x:v1 (sha256:ab): 9 of 9 blobs, 2.0 KiB; restoring, verify done");
+  job.transfer->already_present = true;
+  EXPECT_EQ(RestoreProgress(job), "r.example/ml/x:v1 (sha256:ab) was in the node's store; restoring, verify done");
+  json pod = Placeholder();
+  pod.merge_patch(ProgressPatch("pull: 1 of 2"));
+  EXPECT_EQ(pod["metadata"]["annotations"]["gpusnap.io/restore-progress"], "pull: 1 of 2");
+  // The result's record takes it away.
+  pod.merge_patch(RecordPatch({std::string(kStatusRestored), "job-2222222222222222", ""}));
+  EXPECT_FALSE(pod["metadata"]["annotations"].contains("gpusnap.io/restore-progress"));
 }
 
 TEST(DecidePod, MissingContainerFails) {

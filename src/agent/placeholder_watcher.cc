@@ -14,7 +14,9 @@
 #include "k8s/kube_client.h"
 #include "k8s/mutate.h"
 #include "k8s/watch_event.h"
+#include "store/registry_reference.h"
 #include "util/mutex.h"
+#include "util/progress_bar.h"
 #include "util/thread_annotations.h"
 
 namespace gpusnap::agent {
@@ -51,8 +53,15 @@ struct PlaceholderWatcher::Impl {
   std::atomic<bool> watch_done{false};
   std::thread watch_thread, worker_thread;
 
-  // The worker thread's own: what it remembers of each pod, by uid.
+  // The worker thread's own: what it remembers of each pod, by uid, and the
+  // progress it last showed on a pod, and when.
   std::map<std::string, Memory> memory;
+  struct Shown {
+    std::string progress;
+    Clock::time_point at;
+    bool pulled = false;
+  };
+  std::map<std::string, Shown> shown;
 
   Impl(const KubeOptions& o, Service& s, std::function<void(const std::string&)> l)
       : options(o), service(s), log(std::move(l)) {}
@@ -233,7 +242,7 @@ struct PlaceholderWatcher::Impl {
 
   void StartRestore(const PlaceholderPod& p, int attempt = 0) {
     RestoreRequest request;
-    request.snapshot = p.snapshot;
+    (LooksLikeRegistryReference(p.snapshot) ? request.reference : request.snapshot) = p.snapshot;
     request.target_container = p.container_id;
     request.name = WorkloadNameForPod(p.name, p.uid);
     auto started = service.StartRestore(request);
@@ -259,11 +268,16 @@ struct PlaceholderWatcher::Impl {
     Follow(p, job);
   }
 
-  // Waits for the job to end, then records its result.
+  // Waits for the job to end, showing its progress on the pod, then records
+  // its result.
   void Follow(const PlaceholderPod& p, const std::string& job_id) {
     Schedule(kPollInterval, true, [this, p, job_id] {
       auto job = service.GetJob(job_id);
-      if (job.ok() && job->state == JobState::kRunning) return Follow(p, job_id);
+      if (job.ok() && job->state == JobState::kRunning) {
+        ShowProgress(p, *job);
+        return Follow(p, job_id);
+      }
+      shown.erase(p.uid);
       if (!job.ok()) {
         std::string why = fmt::format("job {} is gone from the agent", job_id);
         return Record(p, RestoreRecord{std::string(kStatusFailed), job_id, why}, false, why, 0);
@@ -272,13 +286,38 @@ struct PlaceholderWatcher::Impl {
     });
   }
 
+  // What changed, at most once a second but for the end of the pull: a best
+  // effort, which the result's record removes.
+  void ShowProgress(const PlaceholderPod& p, const Job& job) {
+    std::string progress = RestoreProgress(job);
+    bool pulled = job.transfer && job.transfer->done;
+    Shown& last = shown[p.uid];
+    if (progress.empty() || progress == last.progress ||
+        (pulled == last.pulled && Clock::now() - last.at < std::chrono::seconds(1)))
+      return;
+    last = {progress, Clock::now(), pulled};
+    auto patched = client->MergePatch(PodPath(p), ProgressPatch(progress));
+    if (!patched.ok())
+      log(fmt::format("kube: pod {}: showing progress: {}", Describe(p), patched.status().ToString()));
+  }
+
   void RecordJob(const PlaceholderPod& p, const Job& job) {
     bool ok = job.state == JobState::kSucceeded;
+    // A reference's job names it and what its pull did.
+    std::string what = fmt::format("snapshot `{}`", job.snapshot);
+    if (job.transfer) {
+      const JobTransfer& t = *job.transfer;
+      what = !t.done            ? fmt::format("`{}`", t.reference)
+             : t.already_present ? fmt::format("snapshot `{}` (from {}, {}, already in the node's store)", job.snapshot,
+                                              t.reference, t.digest)
+                                 : fmt::format("snapshot `{}` (pulled from {}, {}: {} of {} blobs, {})", job.snapshot,
+                                              t.reference, t.digest, t.blobs_moved, t.blobs,
+                                              HumanBytes(t.bytes_moved));
+    }
     std::string message =
-        ok ? fmt::format("restored snapshot `{}` into container {} (pid {} on the node) in {:.2f} s: job {}",
-                         job.snapshot, p.container, job.restored_pid,
-                         job.timings_s.count("total") ? job.timings_s.at("total") : 0.0, job.id)
-           : fmt::format("restore of snapshot `{}` failed: {} (job {})", job.snapshot, job.error, job.id);
+        ok ? fmt::format("restored {} into container {} (pid {} on the node) in {:.2f} s: job {}", what, p.container,
+                         job.restored_pid, job.timings_s.count("total") ? job.timings_s.at("total") : 0.0, job.id)
+           : fmt::format("restore of {} failed: {} (job {})", what, job.error, job.id);
     Record(p, RestoreRecord{std::string(ok ? kStatusRestored : kStatusFailed), job.id, ok ? "" : job.error}, ok,
            message, 0);
   }

@@ -11,6 +11,7 @@
 
 #include "gpusnap/snapshot.h"
 #include "gpusnap/workload.h"
+#include "store/registry_reference.h"
 
 namespace gpusnap::agent {
 
@@ -104,26 +105,6 @@ std::optional<ApiError> GetString(const Json& obj, const char* key, std::string_
   return std::nullopt;
 }
 
-bool IsDns1123Label(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (!alnum(s.front()) || !alnum(s.back())) return false;
-  return std::all_of(s.begin(), s.end(), [&](char c) { return alnum(c) || c == '-'; });
-}
-
-bool IsDns1123Subdomain(std::string_view s) {
-  if (s.empty() || s.size() > 253) return false;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t dot = s.find('.', start);
-    std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
-    if (!IsDns1123Label(label)) return false;
-    if (dot == std::string_view::npos) return true;
-    start = dot + 1;
-  }
-  return false;
-}
-
 std::variant<PodRef, ApiError> ParsePod(const Json& pod) {
   if (!pod.is_object()) return Bad(fmt::format("field `pod` must be an object, got {}", pod.type_name()));
   if (auto e = OnlyKnownFields(pod, {"namespace", "name", "container"}, "pod.")) return *e;
@@ -158,11 +139,38 @@ std::variant<std::string, ApiError> ParseGpuMap(const Json& map) {
   return out;
 }
 
+// A registry reference in field `field`: 400 quoting the parser's reason.
+std::optional<ApiError> CheckReference(std::string_view field, const std::string& text) {
+  auto ref = ParseRegistryReference(text);
+  if (!ref.ok()) return Bad(fmt::format("`{}`: {}", field, ref.status().message()));
+  return std::nullopt;
+}
+
 bool IsHex(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 }  // namespace
+
+bool IsDns1123Label(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (!alnum(s.front()) || !alnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) { return alnum(c) || c == '-'; });
+}
+
+bool IsDns1123Subdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t dot = s.find('.', start);
+    std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (!IsDns1123Label(label)) return false;
+    if (dot == std::string_view::npos) return true;
+    start = dot + 1;
+  }
+  return false;
+}
 
 bool BodyBuffer::Append(const char* data, size_t size) {
   if (too_large_ || size > max_bytes_ - text_.size()) {
@@ -264,7 +272,8 @@ std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_vie
   auto parsed = ParseObject(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const Json& doc = std::get<Json>(parsed);
-  if (auto e = OnlyKnownFields(doc, {"pid", "container", "pod", "leaveRunning", "snapshotId"}, "")) return *e;
+  if (auto e = OnlyKnownFields(doc, {"pid", "container", "pod", "leaveRunning", "snapshotId", "pushTo"}, ""))
+    return *e;
 
   CheckpointRequest req;
   int targets = 0;
@@ -299,6 +308,9 @@ std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_vie
   if (doc.contains("snapshotId") && !IsValidSnapshotId(req.snapshot_id))
     return Bad(fmt::format("`snapshotId` `{}` is not a snapshot id ([A-Za-z0-9._-], 1-64, no leading '.')",
                            req.snapshot_id));
+  if (auto e = GetString(doc, "pushTo", "", req.push_to)) return *e;
+  if (doc.contains("pushTo"))
+    if (auto e = CheckReference("pushTo", req.push_to)) return *e;
   return req;
 }
 
@@ -311,7 +323,14 @@ std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body
   RestoreRequest req;
   if (!doc.contains("snapshot")) return Bad("missing field `snapshot`");
   if (auto e = GetString(doc, "snapshot", "", req.snapshot)) return *e;
-  if (!IsValidSnapshotId(req.snapshot)) return Bad(fmt::format("`snapshot` `{}` is not a snapshot id", req.snapshot));
+  if (LooksLikeRegistryReference(req.snapshot)) {
+    if (auto e = CheckReference("snapshot", req.snapshot)) return *e;
+    req.reference = std::exchange(req.snapshot, "");
+  } else if (!IsValidSnapshotId(req.snapshot)) {
+    return Bad(fmt::format("`snapshot` `{}` is not a snapshot id (nor a registry reference "
+                           "host[:port]/repository[:tag|@digest])",
+                           req.snapshot));
+  }
   if (auto it = doc.find("target"); it != doc.end()) {
     if (it->is_string()) {
       if (it->get<std::string>() != "new")

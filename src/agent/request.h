@@ -39,11 +39,15 @@ struct CheckpointRequest {
   std::optional<PodRef> pod;
   bool leave_running = false;
   std::string snapshot_id;      // empty: generated
+  std::string push_to;          // a registry reference the snapshot is pushed to once captured; empty: none
 };
 
 // POST /v1/restores. An empty target_container means a fresh namespace.
+// The body's `snapshot` is a snapshot id or a registry reference (it holds a
+// `/`, store/registry_reference.h): exactly one of these two is set.
 struct RestoreRequest {
-  std::string snapshot;         // a valid snapshot id
+  std::string snapshot;         // a valid snapshot id of the store
+  std::string reference;        // or a registry reference, pulled into the store first (what it lacks)
   std::string target_container; // restore into this container's namespaces (placeholder case)
   std::string gpu_map;          // "old=new,..." as RestoreOptions::gpu_map takes it
   std::string name;             // the restored workload's name; empty: the source's
@@ -90,6 +94,12 @@ std::string Printable(std::string_view text);
 // that is not UTF-8, or has one key twice in an object, is refused (400).
 std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_view body);
 std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body);
+
+// Kubernetes names: a DNS-1123 label (namespaces, containers: 1-63 of
+// [a-z0-9-], alphanumeric at both ends) and subdomain (pods: labels joined
+// by dots, at most 253).
+bool IsDns1123Label(std::string_view s);
+bool IsDns1123Subdomain(std::string_view s);
 
 // A job id as the agent makes them: "job-" and 16 lowercase hex digits.
 bool IsValidJobId(std::string_view id);

@@ -126,7 +126,9 @@ TEST(AgentRestoreRequest, ContainerTarget) {
 
 TEST(AgentRestoreRequest, Refusals) {
   EXPECT_NE(RestoreError("{}").message.find("missing field `snapshot`"), std::string::npos);
-  EXPECT_NE(RestoreError(R"({"snapshot": "../x"})").message.find("not a snapshot id"), std::string::npos);
+  // Holding a `/`, it is taken for a registry reference, and refused as one.
+  EXPECT_NE(RestoreError(R"({"snapshot": "../x"})").message.find("`snapshot`: invalid registry reference `../x`"),
+            std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": ".hidden"})").message.find("not a snapshot id"), std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": "s", "target": "old"})").message.find("`target`"), std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": "s", "target": {}})").message.find("target.container"), std::string::npos);
@@ -138,6 +140,40 @@ TEST(AgentRestoreRequest, Refusals) {
   EXPECT_NE(RestoreError(R"({"snapshot": "s", "name": "a/b"})").message.find("not a workload name"),
             std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": "s", "extra": null})").message.find("unknown field `extra`"),
+            std::string::npos);
+}
+
+TEST(AgentRestoreRequest, ARegistryReferenceIsPulledFirst) {
+  auto r = ParseRestoreRequest(R"({"snapshot": "127.0.0.1:5000/team/counter:v1", "name": "copy"})");
+  ASSERT_TRUE(std::holds_alternative<RestoreRequest>(r)) << std::get<ApiError>(r).message;
+  const auto& req = std::get<RestoreRequest>(r);
+  EXPECT_EQ(req.reference, "127.0.0.1:5000/team/counter:v1");
+  EXPECT_EQ(req.snapshot, "");
+  std::string digest = "registry.example/snap@sha256:" + std::string(64, 'b');
+  auto d = ParseRestoreRequest(R"({"snapshot": ")" + digest + R"("})");
+  ASSERT_TRUE(std::holds_alternative<RestoreRequest>(d)) << std::get<ApiError>(d).message;
+  EXPECT_EQ(std::get<RestoreRequest>(d).reference, digest);
+  // A snapshot id is not a reference.
+  auto id = ParseRestoreRequest(R"({"snapshot": "s1"})");
+  ASSERT_TRUE(std::holds_alternative<RestoreRequest>(id));
+  EXPECT_EQ(std::get<RestoreRequest>(id).reference, "");
+}
+
+TEST(AgentRestoreRequest, MalformedReferencesAreRefusedSayingWhy) {
+  EXPECT_NE(RestoreError(R"({"snapshot": "host:5000/Upper/case"})").message.find("repository component `Upper`"),
+            std::string::npos);
+  EXPECT_NE(RestoreError(R"({"snapshot": "https://host/x"})").message.find("no scheme"), std::string::npos);
+  EXPECT_NE(RestoreError(R"({"snapshot": "host/x@sha256:12"})").message.find("digest"), std::string::npos);
+}
+
+TEST(AgentCheckpointRequest, PushTo) {
+  auto r = CheckpointOk(R"({"pid": 4711, "pushTo": "registry.example:5000/ml/counter:warm"})");
+  EXPECT_EQ(r.push_to, "registry.example:5000/ml/counter:warm");
+  EXPECT_EQ(CheckpointOk(R"({"pid": 4711})").push_to, "");
+  EXPECT_NE(CheckpointError(R"({"pid": 4711, "pushTo": "counter"})").message.find("`pushTo`: invalid registry "
+                                                                                  "reference"),
+            std::string::npos);
+  EXPECT_NE(CheckpointError(R"({"pid": 4711, "pushTo": 3})").message.find("`pushTo` must be a string"),
             std::string::npos);
 }
 

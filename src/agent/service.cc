@@ -16,6 +16,7 @@
 #include "proc/proc.h"
 #include "snapshot/placeholder.h"
 #include "util/files.h"
+#include "util/progress_bar.h"
 #include "util/test_hooks.h"
 
 namespace gpusnap::agent {
@@ -187,6 +188,16 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   job.snapshot = request.snapshot_id.empty() ? NewSnapshotId(prefix) : request.snapshot_id;
   if (store_.Load(job.snapshot).ok())
     return Refuse(409, fmt::format("snapshot `{}` already exists", job.snapshot));
+  std::string push_to = request.push_to;
+  if (push_to.empty()) {
+    auto asked = PushToOfPod(request, container_id);
+    if (!asked.ok()) return Refused{FromStatus(asked.status()), ""};
+    push_to = *asked;
+  }
+  if (!push_to.empty()) {
+    job.transfer.emplace();
+    job.transfer->reference = push_to;
+  }
 
   CheckpointOptions o;
   o.target = std::to_string(root);
@@ -203,10 +214,57 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
     auto meta = Checkpoint(o);
     if (held && proc::IsSameProcess(held_init.pid, held_init.start_time)) ::kill(held_init.pid, SIGCONT);
     if (!meta.ok()) return meta.status();
-    MutexLock lock(mu_);
-    jobs_[id].bytes_total = meta->total_bytes;
-    return Status::Ok();
+    {
+      MutexLock lock(mu_);
+      jobs_[id].bytes_total = meta->total_bytes;
+    }
+    if (!running.transfer) return Status::Ok();
+    return PushSnapshot(id, meta->id, running.transfer->reference);
   });
+}
+
+Result<std::string> Service::PushToOfPod(const CheckpointRequest& request, const std::string& container_id) const {
+  if (!options_.pod_push_to) return std::string();
+  std::optional<container::PodRef> pod = request.pod;
+  if (!pod && !container_id.empty()) {
+    auto named = container::KubeletContainers(options_.kubelet_log_dir);
+    if (auto it = named.find(container_id); it != named.end())
+      pod = container::PodRef{it->second.namespace_name, it->second.pod, it->second.container};
+  }
+  if (!pod) return std::string();
+  auto push_to = options_.pod_push_to(*pod);
+  if (!push_to.ok())
+    return push_to.status().Wrap(fmt::format("pod {}/{}: its push-to annotation", pod->namespace_name, pod->name));
+  return push_to;
+}
+
+Status Service::PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) {
+  // The snapshot is published whatever becomes of the push.
+  auto failed = [&](const Status& st) {
+    return st.Wrap(fmt::format("snapshot `{}` is in the store; pushing it to `{}` failed", snapshot, reference));
+  };
+  auto access = Access();
+  if (!access.ok()) return failed(access.status());
+  auto pushed = Push({.store = store_.root(),
+                      .id = snapshot,
+                      .reference = reference,
+                      .mount_from = "",
+                      .access = *access,
+                      .progress = [this, id](const ProgressEvent& e) { OnTransferProgress(id, e); }});
+  if (!pushed.ok()) return failed(pushed.status());
+  MutexLock lock(mu_);
+  Job& job = jobs_.at(id);
+  FinishTransfer(job, *pushed);
+  Journal(job);
+  options_.log(fmt::format("job {}: pushed `{}` to {} ({}): {} of {} blobs uploaded, {}", id, snapshot, reference,
+                           pushed->manifest_digest, pushed->blobs_moved, pushed->blobs,
+                           HumanBytes(pushed->bytes_moved)));
+  return Status::Ok();
+}
+
+Result<RegistryAccess> Service::Access() const {
+  if (!options_.registry) return RegistryAccess{};
+  return options_.registry();
 }
 
 std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& request) {
@@ -218,6 +276,7 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
     if (!target.ok()) return Refused{FromStatus(target.status()), ""};
     into_container = target->container_id;
   }
+  if (!request.reference.empty()) return StartRestoreFromRegistry(request, into_container);
   auto meta = store_.Load(request.snapshot);
   if (!meta.ok()) return Refused{FromStatus(meta.status()), ""};
   std::string name = request.name.empty() ? meta->source.name : request.name;
@@ -242,19 +301,103 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
   o.gpu_map = request.gpu_map;
   o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
   o.into_container = into_container;
-  return Launch(std::move(job), [this, o](Job& running) mutable -> Status {
+  return Launch(std::move(job), [this, o](Job& running) { return RunRestore(running.id, o); });
+}
+
+std::variant<Accepted, Refused> Service::StartRestoreFromRegistry(const RestoreRequest& request,
+                                                                  const std::string& into_container) {
+  Job job;
+  job.kind = "restore";
+  // The name is the snapshot's unless given, and the snapshot is known once
+  // pulled: a second restore of the same reference without a name would
+  // take the same name.
+  job.lock_key = !into_container.empty() ? "container:" + into_container
+                 : !request.name.empty() ? "workload:" + request.name
+                                         : "reference:" + request.reference;
+  job.target = into_container.empty() ? fmt::format("reference {}", request.reference)
+                                      : fmt::format("reference {} into container {}", request.reference, into_container);
+  job.restored_name = request.name;
+  job.transfer.emplace();
+  job.transfer->reference = request.reference;
+
+  RestoreOptions o;
+  o.store = store_.root();
+  o.criu_bundle = options_.criu_bundle;
+  o.timeout_s = options_.operation_timeout_s;
+  o.gpu_map = request.gpu_map;
+  o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
+  o.into_container = into_container;
+  return Launch(std::move(job), [this, o, request](Job& running) mutable -> Status {
     std::string id = running.id;
-    o.progress = [this, id](const ProgressEvent& e) {
-      OnProgress(id, e);
-      // The restore's fault-injection points for the crash tests.
-      if (e.done) PauseIfRequested("restore-" + e.phase);
-    };
-    auto result = Restore(o);
-    if (!result.ok()) return result.status();
-    MutexLock lock(mu_);
-    jobs_[id].restored_pid = result->workload.pid;
-    return Status::Ok();
+    // 1. What the store lacks of it, beside other jobs.
+    GPUSNAP_ASSIGN_OR_RETURN(RegistryAccess access, Access());
+    auto pulled = Pull({.store = store_.root(),
+                        .reference = request.reference,
+                        .as_id = "",
+                        .access = access,
+                        .progress = [this, id](const ProgressEvent& e) { OnTransferProgress(id, e); }});
+    if (!pulled.ok()) return pulled.status().Wrap(fmt::format("restore of `{}`", request.reference));
+    {
+      MutexLock lock(mu_);
+      Job& now = jobs_.at(id);
+      FinishTransfer(now, *pulled);
+      Journal(now);
+    }
+    options_.log(fmt::format("job {}: pulled {} ({}) as `{}`: {}", id, request.reference, pulled->manifest_digest,
+                             pulled->id,
+                             pulled->already_present
+                                 ? std::string("already in the store")
+                                 : fmt::format("{} of {} blobs downloaded, {}", pulled->blobs_moved, pulled->blobs,
+                                               HumanBytes(pulled->bytes_moved))));
+    PauseIfRequested("restore-pull");
+    // 2. The restore, once no other job holds the snapshot.
+    GPUSNAP_ASSIGN_OR_RETURN(SnapshotMeta meta, HoldSnapshot(id, pulled->id));
+    o.id = meta.id;
+    o.name = request.name.empty() ? meta.source.name : request.name;
+    if (o.name.empty()) o.name = "restored-" + std::to_string(meta.source.host_pid);
+    return RunRestore(id, o);
   });
+}
+
+Result<SnapshotMeta> Service::HoldSnapshot(const std::string& id, const std::string& snapshot) {
+  {
+    MutexLock lock(mu_);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.operation_timeout_s);
+    for (;;) {
+      auto it = busy_snapshots_.find(snapshot);
+      if (it == busy_snapshots_.end() || it->second == id) break;
+      if (it->second == kDeleting)
+        return Status::Error(Code::kFailedPrecondition, "snapshot `{}` is being deleted", snapshot);
+      if (!lock.WaitUntil(idle_, deadline))
+        return Status::Error(Code::kTimeout, "job {} held snapshot `{}` for {} s", it->second, snapshot,
+                             options_.operation_timeout_s);
+    }
+    busy_snapshots_[snapshot] = id;
+    jobs_.at(id).snapshot = snapshot;
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(SnapshotMeta meta, store_.Load(snapshot));
+  MutexLock lock(mu_);
+  Job& job = jobs_.at(id);
+  job.bytes_total = meta.total_bytes;
+  Journal(job);
+  return meta;
+}
+
+Status Service::RunRestore(const std::string& id, RestoreOptions o) {
+  o.progress = [this, id](const ProgressEvent& e) {
+    OnProgress(id, e);
+    // The restore's fault-injection points for the crash tests.
+    if (e.done) PauseIfRequested("restore-" + e.phase);
+  };
+  {
+    MutexLock lock(mu_);
+    jobs_.at(id).restored_name = o.name;
+  }
+  auto result = Restore(o);
+  if (!result.ok()) return result.status();
+  MutexLock lock(mu_);
+  jobs_[id].restored_pid = result->workload.pid;
+  return Status::Ok();
 }
 
 std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Job&)> work) {
@@ -266,7 +409,7 @@ std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Jo
       return Refuse(409, fmt::format("job {} is already running a {} of {}", other.id, other.kind, other.target),
                     other.id);
     }
-    if (auto it = busy_snapshots_.find(job.snapshot); it != busy_snapshots_.end()) {
+    if (auto it = busy_snapshots_.find(job.snapshot); !job.snapshot.empty() && it != busy_snapshots_.end()) {
       if (it->second == kDeleting) return Refuse(409, fmt::format("snapshot `{}` is being deleted", job.snapshot));
       return Refuse(409, fmt::format("job {} is using snapshot `{}`", it->second, job.snapshot), it->second);
     }
@@ -277,7 +420,7 @@ std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Jo
     job.state = JobState::kRunning;
     Journal(job);
     running_[job.lock_key] = job.id;
-    busy_snapshots_[job.snapshot] = job.id;
+    if (!job.snapshot.empty()) busy_snapshots_[job.snapshot] = job.id;
     id = job.id;
     options_.log(fmt::format("job {}: {} of {} started", id, job.kind, job.target));
     jobs_[id] = std::move(job);
@@ -310,7 +453,8 @@ void Service::RunJob(const std::string& id, const std::function<Status(Job&)>& w
   options_.log(fmt::format("job {}: {} of {} {}{}", id, job.kind, job.target, JobStateName(job.state),
                            st.ok() ? "" : ": " + st.ToString()));
   running_.erase(job.lock_key);
-  busy_snapshots_.erase(job.snapshot);
+  if (auto it = busy_snapshots_.find(job.snapshot); it != busy_snapshots_.end() && it->second == id)
+    busy_snapshots_.erase(it);
   idle_.notify_all();
 }
 
@@ -318,6 +462,13 @@ void Service::OnProgress(const std::string& id, const ProgressEvent& e) {
   MutexLock lock(mu_);
   Job& job = jobs_.at(id);
   ApplyProgress(job, e.phase, e.seconds, e.bytes, e.done);
+  Journal(job);
+}
+
+void Service::OnTransferProgress(const std::string& id, const ProgressEvent& e) {
+  MutexLock lock(mu_);
+  Job& job = jobs_.at(id);
+  ApplyTransferProgress(job, e.phase, e.seconds, e.bytes, e.done);
   Journal(job);
 }
 

@@ -15,6 +15,15 @@
 //
 // Concurrency: one running capture per lock key (a container, or the root pid
 // of a tree); jobs on different keys run concurrently, each on its own thread.
+// A job holds its snapshot while it runs: no other job starts on it (409) and
+// it cannot be deleted. A restore of a registry reference learns its snapshot
+// only once pulled: it pulls beside other jobs (two pulls of one reference
+// take turns, and the second finds the snapshot present), then waits for
+// the snapshot to be free before it restores.
+//
+// Registry: a restore whose `reference` is set pulls first (phase "pull");
+// a checkpoint with `push_to` (or whose pod names one) pushes its snapshot
+// once published (phase "push"). The job's `transfer` shows either as it goes.
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
@@ -48,6 +57,14 @@ struct ServiceOptions {
   int operation_timeout_s = 600;
   size_t max_job_records = 1000;                       // finished records beyond this are pruned at start
   std::function<void(const std::string&)> log;         // one line each
+  // How to reach registries, asked once per pull or push (so credentials
+  // read from a Secret are read again each time; agent/registry_access.h).
+  // Unset: RegistryAccess's defaults.
+  std::function<Result<RegistryAccess>()> registry;
+  // The registry reference a pod's snapshots are to be pushed to (its
+  // annotation gpusnap.io/push-to), empty when it names none. Unset: pods
+  // are not asked (no Kubernetes API server).
+  std::function<Result<std::string>(const container::PodRef&)> pod_push_to;
 };
 
 // What a started job answers with.
@@ -98,7 +115,20 @@ class Service {
   void Recover() EXCLUDES(mu_);
   std::variant<Accepted, Refused> Launch(Job job, std::function<Status(Job&)> work) EXCLUDES(mu_);
   void RunJob(const std::string& id, const std::function<Status(Job&)>& work) EXCLUDES(mu_);
+  std::variant<Accepted, Refused> StartRestoreFromRegistry(const RestoreRequest& request,
+                                                          const std::string& into_container) EXCLUDES(mu_);
+  // The restore itself, the job's snapshot known and held.
+  Status RunRestore(const std::string& id, RestoreOptions o) EXCLUDES(mu_);
+  // Holds `snapshot` for job `id` once no other job does (waiting up to the
+  // operation timeout); its metadata.
+  Result<SnapshotMeta> HoldSnapshot(const std::string& id, const std::string& snapshot) EXCLUDES(mu_);
+  // The pod a checkpoint's push-to comes from: the request's pod, else the
+  // pod of the container the kubelet's log links name.
+  Result<std::string> PushToOfPod(const CheckpointRequest& request, const std::string& container_id) const;
+  Status PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) EXCLUDES(mu_);
+  Result<RegistryAccess> Access() const;
   void OnProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
+  void OnTransferProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   // Under mu_: a job's records are written in the order of its changes.
   void Journal(const Job& job) const REQUIRES(mu_);
   std::string JournalPath(const std::string& id) const;
@@ -110,7 +140,7 @@ class Service {
   std::vector<std::string> recovery_notes_;
 
   mutable Mutex mu_;
-  std::condition_variable idle_;  // running_ became empty
+  std::condition_variable idle_;  // a job ended
   std::map<std::string, Job> jobs_ GUARDED_BY(mu_);
   std::map<std::string, std::string> running_ GUARDED_BY(mu_);         // lock key -> job id
   std::map<std::string, std::string> busy_snapshots_ GUARDED_BY(mu_);  // snapshot id -> job id

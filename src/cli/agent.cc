@@ -39,7 +39,13 @@ void AddAgent(CLI::App& app, Context& ctx) {
   sub->add_option("--node-name", opts->kube.node_name, "This node's name, for --kube (default: $NODE_NAME)");
   sub->add_option("--kubeconfig", opts->kube.kubeconfig,
                   "The API server from this kubeconfig, for --kube (default: the pod's service account)");
-  sub->footer("Logs one line per job on stderr; stops on SIGINT or SIGTERM after running jobs finish.");
+  AddRegistryFlags(*sub, opts->registry.access);
+  sub->add_option("--registry-secret", opts->registry.secret,
+                  "Registry credentials from this Secret (NAMESPACE/NAME, type kubernetes.io/dockerconfigjson), "
+                  "read through the API server; for --kube, instead of --registry-config");
+  sub->footer("Logs one line per job on stderr; stops on SIGINT or SIGTERM after running jobs finish. Restores of a "
+              "registry reference and checkpoints with pushTo reach the registry with the --registry-* settings, "
+              "--ca-file and --plain-http (docs/AGENT.md).");
   sub->callback([&ctx, opts] {
     if (const char* node = std::getenv("NODE_NAME"); opts->kube.node_name.empty() && node) opts->kube.node_name = node;
     Status st = agent::RunAgent(*opts);

@@ -9,6 +9,7 @@
 
 #include "gpusnap/snapshot.h"
 #include "k8s/pod_edit.h"
+#include "store/registry_reference.h"
 
 namespace gpusnap::k8s {
 
@@ -45,11 +46,19 @@ int ParseGpuCount(const std::string& text) {
   return n;
 }
 
-int SnapshotGpuCount(const json& pod, const std::string& id, const MutateConfig& config,
+// `reference`: the webhook cannot see into the registry, so only the pod's
+// annotation can say more than 1.
+int SnapshotGpuCount(const json& pod, const std::string& id, bool reference, const MutateConfig& config,
                      std::vector<std::string>& warnings) {
   if (std::string text = Annotation(pod, kAnnotationGpuCount); !text.empty()) {
     if (int n = ParseGpuCount(text)) return n;
     warnings.push_back(fmt::format("{}: `{}` is not a GPU count (1-{}); ignored", kAnnotationGpuCount, text, kMaxGpus));
+  }
+  if (reference) {
+    warnings.push_back(fmt::format("GPU count of `{}` unknown (a registry reference: the webhook does not read the "
+                                   "registry); requesting 1, unless {} says",
+                                   id, kAnnotationGpuCount));
+    return 1;
   }
   if (!config.snapshot_gpu_count) return 1;
   auto n = config.snapshot_gpu_count(id);
@@ -72,22 +81,35 @@ Result<json*> RestoreTarget(json& pod) {
   return Status::Error(Code::kInvalidArgument, "{}: pod has no container `{}`", kAnnotationRestoreContainer, want);
 }
 
-// Makes the pod a placeholder for the snapshot named by restore-from.
-// Returns the placeholder container's name; fills record["restore"].
+// Makes the pod a placeholder for the snapshot named by restore-from (an id
+// in the node's store, or a registry reference the agent pulls). Returns the
+// placeholder container's name; fills record["restore"].
 Result<std::string> MakePlaceholder(json& pod, const MutateConfig& config, Mutation& out, json& record) {
   std::string id = Annotation(pod, kAnnotationRestoreFrom);
-  if (!IsValidSnapshotId(id))
+  bool reference = LooksLikeRegistryReference(id);
+  if (reference) {
+    auto parsed = ParseRegistryReference(id);
+    if (!parsed.ok()) return parsed.status().Wrap(std::string(kAnnotationRestoreFrom));
+  } else if (!IsValidSnapshotId(id)) {
     return Status::Error(Code::kInvalidArgument, "{}: `{}` is not a snapshot id", kAnnotationRestoreFrom, id);
+  }
   GPUSNAP_ASSIGN_OR_RETURN(json * c, RestoreTarget(pod));
   std::string name = c->value("name", "");
 
+  // A snapshot of the node's store is mounted (and so waited for, type
+  // Directory); one in a registry comes once the container runs, pulled by
+  // the agent, and has no directory to wait for yet.
   HostPathVolume bundle = BundleVolume(pod, config);
-  HostPathVolume snap =
-      ResolveVolume(pod, {"gpusnap-snapshot", config.snapshot_store_host_path + "/snapshots/" + id, "Directory"});
-  std::vector<json> mounts = {ReadOnlyMount(bundle.name, config.bundle_mount_path),
-                              ReadOnlyMount(snap.name, config.snapshot_mount_path)};
+  std::vector<json> mounts = {ReadOnlyMount(bundle.name, config.bundle_mount_path)};
+  std::vector<HostPathVolume> volumes = {bundle};
+  if (!reference) {
+    HostPathVolume snap =
+        ResolveVolume(pod, {"gpusnap-snapshot", config.snapshot_store_host_path + "/snapshots/" + id, "Directory"});
+    mounts.push_back(ReadOnlyMount(snap.name, config.snapshot_mount_path));
+    volumes.push_back(snap);
+  }
   if (const json* m = Conflict(*c, mounts)) return Status::Error(Code::kInvalidArgument, "{}", ConflictText(*c, *m));
-  int gpus = SnapshotGpuCount(pod, id, config, out.warnings);
+  int gpus = SnapshotGpuCount(pod, id, reference, config, out.warnings);
 
   json reaper = config.reaper_command;
   if (c->value("command", json()) != reaper) {
@@ -102,8 +124,7 @@ Result<std::string> MakePlaceholder(json& pod, const MutateConfig& config, Mutat
     if (c->contains(probe))
       out.warnings.push_back(fmt::format("container `{}`: its {} may restart the placeholder before the restore", name, probe));
 
-  EnsureVolume(pod, bundle);
-  EnsureVolume(pod, snap);
+  for (const HostPathVolume& v : volumes) EnsureVolume(pod, v);
   for (const json& m : mounts) EnsureMount(*c, m);
   SetResourceCount(*c, kGpuResource, gpus);
   SetLabel(pod, kLabelPlaceholder, "true");

@@ -11,7 +11,7 @@
 //    API. A container whose LD_PRELOAD comes from valueFrom is left unchanged,
 //    with a warning; so is one whose mount path is taken by another volume.
 //
-//  gpusnap.io/restore-from: <snapshot id>
+//  gpusnap.io/restore-from: <snapshot id> | <registry reference>
 //    The pod becomes a placeholder: the target container (the one named by
 //    gpusnap.io/restore-container, else the first) keeps its image, runs the
 //    reaper as pid 1 (command replaced, args removed, the originals recorded
@@ -20,6 +20,10 @@
 //    gpusnap.io/placeholder: "true" so the agent on its node restores into it.
 //    The GPU count is gpusnap.io/gpu-count if given, else what
 //    MutateConfig::snapshot_gpu_count says, else 1.
+//    A value with a `/` is a registry reference (store/registry_reference.h),
+//    checked for its syntax only: the webhook does not reach the registry.
+//    The agent of whatever node the pod lands on pulls it, so no snapshot is
+//    mounted, and the GPU count is gpusnap.io/gpu-count, else 1 (warned).
 //
 // Both may be combined; the placeholder's reaper never gets LD_PRELOAD (the
 // restored process brings its own environment). Whatever was done is recorded
@@ -50,6 +54,9 @@ inline constexpr std::string_view kAnnotationRestoreContainer = "gpusnap.io/rest
 inline constexpr std::string_view kAnnotationGpuCount = "gpusnap.io/gpu-count";
 inline constexpr std::string_view kAnnotationOriginalCommand = "gpusnap.io/original-command";
 inline constexpr std::string_view kAnnotationMutation = "gpusnap.io/mutation";
+// Read by the agent, not the webhook: a checkpoint of the pod pushes its
+// snapshot to this registry reference (docs/KUBERNETES.md).
+inline constexpr std::string_view kAnnotationPushTo = "gpusnap.io/push-to";
 inline constexpr std::string_view kLabelPlaceholder = "gpusnap.io/placeholder";
 inline constexpr std::string_view kGpuResource = "nvidia.com/gpu";
 inline constexpr std::string_view kPodUidEnv = "GPUSNAP_POD_UID";
@@ -80,8 +87,8 @@ struct Mutation {
 // Computes the patch for `pod` (a v1 Pod as the API server sends it).
 // Errors (the pod is then to be admitted unchanged, with a warning):
 //   kInvalidArgument: the pod's JSON does not have a Pod's shape (naming the
-//     field), the restore annotation names an invalid snapshot id, or the
-//     restore container does not exist.
+//     field), the restore annotation names an invalid snapshot id or a
+//     malformed registry reference, or the restore container does not exist.
 Result<Mutation> MutatePod(const nlohmann::json& pod, const MutateConfig& config);
 
 }  // namespace gpusnap::k8s

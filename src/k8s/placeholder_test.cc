@@ -99,13 +99,41 @@ TEST(Placeholder, InvalidGpuCountAnnotationIgnoredWithWarning) {
 }
 
 TEST(Placeholder, InvalidSnapshotIdIsError) {
-  for (const char* id : {"../../etc", "a/b", ".hidden"}) {
+  for (const char* id : {"../../etc", "a//b", ".hidden", "registry.example/Team/x", "r.example/x:bad tag",
+                         "https://r.example/x"}) {
     json pod = Placeholder();
     pod["metadata"]["annotations"]["gpusnap.io/restore-from"] = id;
     auto r = MutatePod(pod, {});
     ASSERT_FALSE(r.ok()) << id;
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   }
+}
+
+TEST(Placeholder, FromARegistryReference) {
+  const std::string ref = "registry.example:5000/ml/vllm:warm";
+  json pod = Placeholder();
+  pod["metadata"]["annotations"]["gpusnap.io/restore-from"] = ref;
+  bool asked = false;
+  auto r = MutateChecked(pod, WithLookup([&](const std::string&) -> Result<int> {
+                           asked = true;
+                           return 4;
+                         }));
+  EXPECT_FALSE(asked);  // the store's lookup knows ids, not the registry
+  const json& c = Container(r.pod, "vllm");
+  EXPECT_EQ(c["command"], json({"/gpusnap/bin/gpusnap", "__placeholder"}));
+  EXPECT_EQ(MountAt(c, "/gpusnap")["readOnly"], true);
+  // Nothing to mount or wait for: the agent of the node pulls it once the container runs.
+  for (const json& m : c["volumeMounts"]) EXPECT_NE(m["mountPath"], "/gpusnap-snapshot") << m;
+  for (const json& v : r.pod["spec"]["volumes"]) EXPECT_NE(v["name"], "gpusnap-snapshot") << v;
+  EXPECT_EQ(r.pod["metadata"]["labels"], json({{"gpusnap.io/placeholder", "true"}}));
+  json record = json::parse(r.pod["metadata"]["annotations"]["gpusnap.io/mutation"].get<std::string>());
+  EXPECT_EQ(record["restore"], json({{"container", "vllm"}, {"snapshot", ref}, {"gpus", 2}}));
+  EXPECT_EQ(Limits(c)["nvidia.com/gpu"], "2");  // gpusnap.io/gpu-count
+
+  pod["metadata"]["annotations"].erase("gpusnap.io/gpu-count");
+  auto unknown = MutateChecked(pod);
+  EXPECT_EQ(Limits(Container(unknown.pod, "vllm"))["nvidia.com/gpu"], "1");
+  EXPECT_TRUE(HasWarningAbout(unknown.m, "a registry reference"));
 }
 
 TEST(Placeholder, ContainerChosenByAnnotation) {

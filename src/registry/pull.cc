@@ -265,6 +265,32 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   const std::string& repo = p->ref_.repository;
   GPUSNAP_ASSIGN_OR_RETURN(Manifest manifest, client.GetManifest(repo, p->ref_.ManifestName()));
   GPUSNAP_ASSIGN_OR_RETURN(p->artifact_, ParseManifest(manifest.bytes, manifest.media_type, r));
+
+  // 2. One pull of a manifest at a time, taken before any blob moves: the
+  // second finds the snapshot in place (its gpusnap.json being the config
+  // blob itself when it keeps its own id) and downloads nothing.
+  std::string hex = manifest.digest.substr(7);
+  std::string pulls = store.root() + "/pulls";
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(pulls, 0700));
+  GPUSNAP_ASSIGN_OR_RETURN(LockFile turn, TakeTurn(pulls + "/" + hex + ".lock", 3600, o.progress));
+  p->turn_ = std::move(turn);
+  TransferResult& result = p->result_;
+  result.reference = r;
+  result.manifest_digest = manifest.digest;
+  result.blobs = 1 + p->artifact_.files.size() + p->artifact_.chunks.size();
+  if (std::string own = p->artifact_.snapshot_id; IsValidSnapshotId(own) && (o.as_id.empty() || o.as_id == own)) {
+    auto bytes = ReadFile(store.SnapshotDir(own) + "/" + SnapshotFiles::kMetaFile);
+    auto here = store.Load(own);
+    if (bytes.ok() && BlobDigest(Sha256Hex(*bytes)) == p->artifact_.config.digest && here.ok()) {
+      p->meta_ = std::move(here).value();
+      result.id = own;
+      result.already_present = true;
+      p->dir_ = p->final_dir_ = store.SnapshotDir(own);
+      p->published_ = true;
+      return p;
+    }
+  }
+
   GPUSNAP_ASSIGN_OR_RETURN(std::string config, FetchConfig(client, repo, p->artifact_.config, r));
   auto parsed = SnapshotMetaFromJson(config);
   if (!parsed.ok()) return parsed.status().Wrap(fmt::format("`{}`: its gpusnap.json", r));
@@ -277,17 +303,8 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
     p->meta_json_ = SnapshotMetaToJson(p->meta_);
   }
 
-  // 2. One pull of a manifest at a time; the snapshot may be here already.
-  std::string hex = manifest.digest.substr(7);
-  std::string pulls = store.root() + "/pulls";
-  GPUSNAP_RETURN_IF_ERROR(MakeDirs(pulls, 0700));
-  GPUSNAP_ASSIGN_OR_RETURN(LockFile turn, TakeTurn(pulls + "/" + hex + ".lock", 3600, o.progress));
-  p->turn_ = std::move(turn);
-  TransferResult& result = p->result_;
-  result.reference = r;
-  result.manifest_digest = manifest.digest;
+  // The snapshot may be here already, under another id (--as).
   result.id = id;
-  result.blobs = 1 + p->artifact_.files.size() + p->artifact_.chunks.size();
   p->final_dir_ = store.SnapshotDir(id);
   if (auto here = store.Load(id); here.ok()) {
     auto bytes = ReadFile(p->final_dir_ + "/" + SnapshotFiles::kMetaFile);

@@ -1,35 +1,17 @@
-// Where a snapshot lives in an OCI registry: `host[:port]/repository[:tag]`
-// or `host[:port]/repository@sha256:<64 hex>` (both at once is allowed, as
-// docker allows it; the digest wins). The host is always named: gpusnap has
-// no default registry to guess.
+// The registry layer's names for a snapshot's place in a registry. The syntax
+// lives in the store's layer (store/registry_reference.h), where the agent and
+// the webhook, which do not link this library, check references too.
 #pragma once
 
-#include <string>
 #include <string_view>
 
-#include "gpusnap/status.h"
+#include "store/registry_reference.h"
 
 namespace gpusnap::registry {
 
-struct Reference {
-  std::string host;        // "registry.example:5000", "127.0.0.1:5000", "[::1]:5000"
-  std::string repository;  // "team/models/llama"
-  std::string tag;         // "v1"; "latest" when neither tag nor digest is given
-  std::string digest;      // "sha256:...", or empty
+using Reference = RegistryReference;
 
-  // The manifest's name in the registry's API: the digest if any, else the tag.
-  const std::string& ManifestName() const { return digest.empty() ? tag : digest; }
-  std::string ToString() const;
-  bool operator==(const Reference&) const = default;
-};
-
-// Pure. kInvalidArgument naming what is wrong: no host, a repository with
-// upper case, `..`, an empty component or other characters the distribution
-// spec forbids, a tag or digest of the wrong form.
-Result<Reference> ParseReference(std::string_view text);
-
-// Pure. Whether `text` is meant as a reference rather than a snapshot id:
-// snapshot ids never hold a `/`.
-bool LooksLikeReference(std::string_view text);
+inline Result<Reference> ParseReference(std::string_view text) { return ParseRegistryReference(text); }
+inline bool LooksLikeReference(std::string_view text) { return LooksLikeRegistryReference(text); }
 
 }  // namespace gpusnap::registry

@@ -32,9 +32,9 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 class Agent:
     """One `gpusnap agent` process this test started; its stderr is collected."""
 
-    def __init__(self, case, extra_args=(), env=None):
+    def __init__(self, case, extra_args=(), env=None, socket_path=None):
         self.case = case
-        self.socket = os.path.join(case.tmp, "agent-run", "agent.sock")
+        self.socket = socket_path or os.path.join(case.tmp, "agent-run", "agent.sock")
         self.args = [GPUSNAP, "agent", "--socket", self.socket, *extra_args]
         self.proc = subprocess.Popen(self.args, env=env or case.env, stderr=subprocess.PIPE, text=True)
         self.lines = []
@@ -108,8 +108,8 @@ class AgentCase(GpusnapCase):
             agent.stop()
         super().tearDown()
 
-    def start_agent(self, *args, env=None):
-        agent = Agent(self, args, env)
+    def start_agent(self, *args, env=None, socket_path=None):
+        agent = Agent(self, args, env, socket_path)
         self.agents.append(agent)
         return agent
 
@@ -272,7 +272,9 @@ class AgentApi(AgentCase):
             ("POST", "/v1/checkpoints", {"pid": reaper}, 409, "init of its pid namespace"),
             ("POST", "/v1/checkpoints", {"container": "ab" * 32}, 404, "no running process is in container"),
             ("POST", "/v1/checkpoints", {"pod": {"namespace": "ns", "name": "p", "container": "c"}}, 404, "pod"),
-            ("POST", "/v1/restores", {"snapshot": "../x"}, 400, "not a snapshot id"),
+            ("POST", "/v1/restores", {"snapshot": ".x"}, 400, "not a snapshot id"),
+            # With a `/` it is taken for a registry reference, and refused as one.
+            ("POST", "/v1/restores", {"snapshot": "../x"}, 400, "invalid registry reference `../x`"),
             ("POST", "/v1/restores", {"snapshot": "x", "target": "old"}, 400, "`target`"),
             ("POST", "/v1/restores", {"snapshot": "x", "gpuMap": [0]}, 400, "`gpuMap` must be an object"),
             ("POST", "/v1/restores", {"snapshot": "x", "target": {"container": "a" * 64}}, 404,

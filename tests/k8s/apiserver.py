@@ -35,7 +35,7 @@ Objects, from Python (the same code path as HTTP, admission included):
 field_selector="")`, `patch(resource, name, patch, namespace=None,
 patch_type="merge"|"json"|"strategic", subresource=None)`, `delete(...)`,
 `ensure_namespace(name, labels=None)`, `add_node(name, labels=None)`. A
-resource is "pods", "namespaces", "nodes", "events" or
+resource is "pods", "namespaces", "nodes", "events", "secrets" or
 "mutatingwebhookconfigurations". Errors raise ApiError (its `.status` is the
 Kubernetes Status, `.code` the HTTP code).
 
@@ -76,8 +76,9 @@ Certificates for webhooks in tests: `make_ca(dir, name)` and
 `issue_certificate(dir, ca_name, name, dns=(), ips=())` (openssl, ECDSA).
 
 What is served (group/version/resource): core v1 namespaces, nodes, pods
-(+ status, binding), events; admissionregistration.k8s.io/v1
-mutatingwebhookconfigurations. Verbs: get, list, watch (`?watch=true`:
+(+ status, binding), events, secrets (data checked as base64, a
+kubernetes.io/dockerconfigjson's `.dockerconfigjson` as JSON);
+admissionregistration.k8s.io/v1 mutatingwebhookconfigurations. Verbs: get, list, watch (`?watch=true`:
 chunked JSON events ADDED/MODIFIED/DELETED/BOOKMARK/ERROR, from a
 resourceVersion or with the initial state first, `sendInitialEvents`,
 `allowWatchBookmarks`, `timeoutSeconds`; an object that stops matching the

@@ -15,6 +15,7 @@ RESOURCES = [
     Resource("", "v1", "nodes", "Node", False, ["no"], [], ["status"]),
     Resource("", "v1", "pods", "Pod", True, ["po"], ["all"], ["status", "binding"]),
     Resource("", "v1", "events", "Event", True, ["ev"], [], []),
+    Resource("", "v1", "secrets", "Secret", True, [], [], []),
     Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
              False, [], ["api-extensions"], []),
 ]

@@ -47,6 +47,30 @@ def _qualified(res):
     return f"{res.name}.{res.group}" if res.group else res.name
 
 
+def _secret_errors(secret):
+    """What kube-apiserver refuses of a Secret: data values that are not
+    base64, and a kubernetes.io/dockerconfigjson without a JSON
+    `.dockerconfigjson`. `stringData` is merged into `data` first, as there."""
+    for key, value in (secret.pop("stringData", None) or {}).items():
+        secret.setdefault("data", {})[key] = base64.b64encode(str(value).encode()).decode()
+    secret.setdefault("type", "Opaque")
+    errors, decoded = [], {}
+    for key, value in (secret.get("data") or {}).items():
+        try:
+            decoded[key] = base64.b64decode(value, validate=True)
+        except (ValueError, TypeError):
+            errors.append((f"data[{key}]", "Invalid value", "illegal base64 data"))
+    if secret["type"] == "kubernetes.io/dockerconfigjson":
+        if ".dockerconfigjson" not in decoded:
+            errors.append(("data[.dockerconfigjson]", "Required value", ""))
+        else:
+            try:
+                json.loads(decoded[".dockerconfigjson"])
+            except ValueError as e:
+                errors.append(("data[.dockerconfigjson]", "Invalid value", f"invalid character: {e}"))
+    return errors
+
+
 def not_found(res, name):
     return ApiError(404, "NotFound", f'{_qualified(res)} "{name}" not found',
                     {"name": name, "group": res.group, "kind": res.name} if res.group else
@@ -133,6 +157,8 @@ class Objects:
             if io_ns and io_ns != obj["metadata"].get("namespace"):
                 errors.append(("involvedObject.namespace", "Invalid value", f'"{io_ns}": does not match '
                                "event.namespace"))
+        if res.name == "secrets":
+            errors += _secret_errors(obj)
         if errors:
             raise _invalid(res, name, errors)
 

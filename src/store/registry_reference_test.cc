@@ -1,12 +1,12 @@
-#include "registry/reference.h"
+#include "store/registry_reference.h"
 
 #include <gtest/gtest.h>
 
-namespace gpusnap::registry {
+namespace gpusnap {
 namespace {
 
-TEST(ReferenceTest, ParsesHostPortRepositoryAndTag) {
-  auto r = ParseReference("127.0.0.1:5000/team/llama:v1");
+TEST(RegistryReferenceTest, ParsesHostPortRepositoryAndTag) {
+  auto r = ParseRegistryReference("127.0.0.1:5000/team/llama:v1");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->host, "127.0.0.1:5000");
   EXPECT_EQ(r->repository, "team/llama");
@@ -16,22 +16,22 @@ TEST(ReferenceTest, ParsesHostPortRepositoryAndTag) {
   EXPECT_EQ(r->ToString(), "127.0.0.1:5000/team/llama:v1");
 }
 
-TEST(ReferenceTest, DefaultsTheTagAndPrefersTheDigest) {
-  auto plain = ParseReference("registry.example/snap");
+TEST(RegistryReferenceTest, DefaultsTheTagAndPrefersTheDigest) {
+  auto plain = ParseRegistryReference("registry.example/snap");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->tag, "latest");
   std::string digest = "sha256:" + std::string(64, 'a');
-  auto both = ParseReference("localhost:5000/a/b:v2@" + digest);
+  auto both = ParseRegistryReference("localhost:5000/a/b:v2@" + digest);
   ASSERT_TRUE(both.ok()) << both.status().message();
   EXPECT_EQ(both->tag, "v2");
   EXPECT_EQ(both->ManifestName(), digest);
   EXPECT_EQ(both->ToString(), "localhost:5000/a/b@" + digest);
-  auto v6 = ParseReference("[::1]:5000/x");
+  auto v6 = ParseRegistryReference("[::1]:5000/x");
   ASSERT_TRUE(v6.ok()) << v6.status().message();
   EXPECT_EQ(v6->host, "[::1]:5000");
 }
 
-TEST(ReferenceTest, RefusesWhatTheGrammarForbidsNamingTheProblem) {
+TEST(RegistryReferenceTest, RefusesWhatTheGrammarForbidsNamingTheProblem) {
   struct Case {
     const char* text;
     const char* why;
@@ -51,17 +51,17 @@ TEST(ReferenceTest, RefusesWhatTheGrammarForbidsNamingTheProblem) {
       {"ho_st/a", "`ho_st` is not a host"},
   };
   for (const auto& c : cases) {
-    auto r = ParseReference(c.text);
+    auto r = ParseRegistryReference(c.text);
     ASSERT_FALSE(r.ok()) << c.text;
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << c.text;
     EXPECT_NE(r.status().message().find(c.why), std::string::npos) << c.text << ": " << r.status().message();
   }
 }
 
-TEST(ReferenceTest, OnlyASlashMakesAReference) {
-  EXPECT_TRUE(LooksLikeReference("host/a"));
-  EXPECT_FALSE(LooksLikeReference("ckpt-20261201-120000-abcd"));
+TEST(RegistryReferenceTest, OnlyASlashMakesAReference) {
+  EXPECT_TRUE(LooksLikeRegistryReference("host/a"));
+  EXPECT_FALSE(LooksLikeRegistryReference("ckpt-20261201-120000-abcd"));
 }
 
 }  // namespace
-}  // namespace gpusnap::registry
+}  // namespace gpusnap

@@ -1,10 +1,10 @@
-#include "registry/reference.h"
+#include "store/registry_reference.h"
 
 #include <fmt/format.h>
 
 #include <regex>
 
-namespace gpusnap::registry {
+namespace gpusnap {
 
 namespace {
 
@@ -36,22 +36,22 @@ Status Invalid(std::string_view text, std::string_view why) {
 
 }  // namespace
 
-std::string Reference::ToString() const {
+std::string RegistryReference::ToString() const {
   std::string s = host + "/" + repository;
   if (!digest.empty()) return s + "@" + digest;
   return s + ":" + tag;
 }
 
-bool LooksLikeReference(std::string_view text) { return text.find('/') != std::string_view::npos; }
+bool LooksLikeRegistryReference(std::string_view text) { return text.find('/') != std::string_view::npos; }
 
-Result<Reference> ParseReference(std::string_view text) {
+Result<RegistryReference> ParseRegistryReference(std::string_view text) {
   if (text.empty()) return Invalid(text, "it is empty");
   if (text.size() > 1024) return Invalid(text.substr(0, 64), "it is longer than 1024 characters");
   for (char c : text)
     if (static_cast<unsigned char>(c) <= ' ' || static_cast<unsigned char>(c) >= 0x7f)
       return Invalid(text, "it holds a space, a control or a non-ASCII character");
   if (text.find("://") != std::string_view::npos) return Invalid(text, "no scheme: --plain-http chooses HTTP");
-  Reference ref;
+  RegistryReference ref;
   std::string_view rest = text;
   if (auto at = rest.find('@'); at != std::string_view::npos) {
     ref.digest = std::string(rest.substr(at + 1));
@@ -97,4 +97,4 @@ Result<Reference> ParseReference(std::string_view text) {
   return ref;
 }
 
-}  // namespace gpusnap::registry
+}  // namespace gpusnap
