@@ -14,14 +14,16 @@ bed's: the test plays the scheduler and the kubelet.
   snapshot: there is none on the node yet); bound to node B and running,
   node B's agent pulls what its store lacks and restores into it: the
   counter counts on from where it was, in the placeholder's namespaces; the
-  pod shows the pull while it runs (gpusnap.io/restore-progress), then the
-  result, and its Event names the reference and the digest;
+  pod shows what was pulled while the restore goes on (the agent held there
+  by GPUSNAP_TEST_PAUSE_AT=restore-pull: gpusnap.io/restore-progress), then
+  the result, and its Event names the reference and the digest;
 - the Secret's credentials land in a 0600 file of the agent's run directory
   and never in its log; a missing Secret, or one of another type, refuses
   the agent's start."""
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -117,8 +119,11 @@ class TwoKubeNodes(PlaceholderCase):
         self.api.create("secrets", self.secret(SECRET, self.docker_config), SYSTEM)
         self.webhook = Webhook(self, self.api)
         self.addCleanup(self.webhook.stop)
+        self.resume_files = []
 
     def tearDown(self):
+        for path in self.resume_files:  # no agent is left paused
+            open(path, "a").close()
         for agent in self.agents:
             agent.stop()
         self.agents = []
@@ -136,8 +141,8 @@ class TwoKubeNodes(PlaceholderCase):
                 "--kubelet-log-dir", self.kubelet_logs, "--registry-secret", f"{SYSTEM}/{secret}",
                 "--ca-file", self.registry.ca_file]
 
-    def start_kube_agent(self, node):
-        agent = node.start_agent(*self.agent_flags(node))
+    def start_kube_agent(self, node, env=None):
+        agent = node.start_agent(*self.agent_flags(node), env=env)
         agent.wait_line(f"kube: 0 placeholder pod(s) on node {node.name}")
         return agent
 
@@ -164,7 +169,13 @@ class TwoKubeNodes(PlaceholderCase):
 
 class PlaceholderFromAReference(TwoKubeNodes):
     def test_a_pod_captured_on_node_a_is_restored_into_a_placeholder_on_node_b(self):
-        agent_a, agent_b = self.start_kube_agent(self.a), self.start_kube_agent(self.b)
+        # Node B's agent stops once the pull is done, until told to go on: the
+        # pod is seen showing it.
+        resume = os.path.join(self.tmp, "resume-restore-pull")
+        self.resume_files.append(resume)
+        agent_a = self.start_kube_agent(self.a)
+        agent_b = self.start_kube_agent(self.b, env={"GPUSNAP_TEST_PAUSE_AT": "restore-pull",
+                                                     "GPUSNAP_TEST_RESUME_FILE": resume})
         ref = self.ref("ml/counter", "from-node-a")
 
         # Node A: a pod whose container counts, and which asks to be pushed.
@@ -197,21 +208,23 @@ class PlaceholderFromAReference(TwoKubeNodes):
         self.assertNotIn("/gpusnap-snapshot", [m["mountPath"] for m in container.get("volumeMounts", [])])
         self.assertEqual(self.b.snapshot_ids(), [])  # nothing of it on node B yet
 
-        seen = []
-
-        def recorded(p):  # every state of the pod, until its result
-            a = self.annotations(p) if p else {}
-            if PROGRESS in a:
-                seen.append(a[PROGRESS])
-            return a.get(STATUS) in ("restored", "failed")
         self.api.run_pod(NAMESPACE, "counter-restored", self.b.name,
                          container_ids={"server": "containerd://" + placeholder})
-        pod = self.api.wait_for("pods", "counter-restored", NAMESPACE, recorded, timeout=120)
+        agent_b.wait_line("paused at restore-pull")
+        pod = self.api.wait_for("pods", "counter-restored", NAMESPACE,
+                                lambda p: self.annotations(p).get(PROGRESS, "").startswith("pulled "), timeout=30)
+        a = self.annotations(pod)
+        self.assertEqual(a[STATUS], "restoring", a)
+        self.assertRegex(a[PROGRESS], rf"^pulled {re.escape(ref)} \({digest}\): (\d+) of \1 blobs, .*; restoring, "
+                                      "pull done$")
+        self.assertEqual(self.b.snapshot_ids(), [captured["snapshot"]])  # pulled, not restored yet
+        self.assertEqual(self.children(init), [])
+        open(resume, "w").close()
+        pod = self.api.wait_for("pods", "counter-restored", NAMESPACE,
+                                lambda p: self.annotations(p).get(STATUS) in ("restored", "failed"), timeout=120)
         a = self.annotations(pod)
         self.assertEqual(a[STATUS], "restored", f"{a}\n{agent_b.log()}")
         self.assertNotIn(PROGRESS, a)  # the result took its place
-        self.assertTrue(seen, "no progress shown on the pod")
-        self.assertTrue(any(f"pulled {ref} ({digest})" in s for s in seen), seen)
 
         status, job = agent_b.request("GET", f"/v1/jobs/{a['gpusnap.io/restore-job']}")
         self.assertEqual((status, job["state"]), (200, "succeeded"), job)

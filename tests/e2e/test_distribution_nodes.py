@@ -48,8 +48,8 @@ class Node:
     def gs(self, *args, check=True):
         return self.case.gs(*args, check=check, env=self.env)
 
-    def start_agent(self, *args):
-        self.agent = self.case.start_agent(*args, env=self.env, socket_path=self.socket)
+    def start_agent(self, *args, env=None):
+        self.agent = self.case.start_agent(*args, env=dict(self.env, **(env or {})), socket_path=self.socket)
         return self.agent
 
     def workloads(self):
