@@ -60,6 +60,19 @@ def write_meta(path, meta):
         f.write(_canonical(sealed) + "\n")
 
 
+def end_workloads(workloads, wait_gone):
+    """Ends every running workload `workloads()` lists (its reaper takes the
+    tree with it) and waits for each to be gone."""
+    for w in workloads():
+        if w["running"] and w["reaper_pid"] > 0:
+            try:
+                os.kill(w["reaper_pid"], signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    for w in workloads():
+        wait_gone(w["pid"], timeout=10)
+
+
 class GpusnapCase(unittest.TestCase):
     def setUp(self):
         require_root(self)
@@ -74,14 +87,7 @@ class GpusnapCase(unittest.TestCase):
                         GPUSNAP_AGENT_SOCKET=os.path.join(self.tmp, "no-agent", "agent.sock"))
 
     def tearDown(self):
-        for w in self.workloads():
-            if w["running"] and w["reaper_pid"] > 0:
-                try:
-                    os.kill(w["reaper_pid"], signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for w in self.workloads():
-            self.wait_gone(w["pid"], timeout=10)
+        end_workloads(self.workloads, self.wait_gone)
         shm = "/dev/shm/gpusnap-counter" + self.data.replace("/", "_")
         if os.path.exists(shm):
             os.unlink(shm)

@@ -19,12 +19,11 @@ import hashlib
 import json
 import os
 import re
-import signal
 import time
 import unittest
 
 import test_agent as base
-from harness import WORKLOADS
+from harness import WORKLOADS, end_workloads
 from registry import Registry, write_docker_config
 
 BLOB_GET = re.compile(r'"GET /v2/(?P<repo>[^ ]+)/blobs/(?P<digest>sha256:[0-9a-f]{64}) HTTP/[0-9.]+" (?P<code>\d{3})')
@@ -61,14 +60,7 @@ class Node:
         return sorted(n for n in os.listdir(d) if not n.startswith(".")) if os.path.isdir(d) else []
 
     def stop_workloads(self):
-        for w in self.workloads():
-            if w["running"] and w["reaper_pid"] > 0:
-                try:
-                    os.kill(w["reaper_pid"], signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        for w in self.workloads():
-            self.case.wait_gone(w["pid"], timeout=10)
+        end_workloads(self.workloads, self.case.wait_gone)
 
 
 class TwoNodes(base.AgentCase):

@@ -12,6 +12,7 @@
 #include "agent/job.h"
 #include "agent/request.h"
 #include "gpusnap/snapshot.h"
+#include "store/registry_reference.h"
 
 namespace {
 
@@ -51,7 +52,13 @@ void CheckRestore(std::string_view body) {
     return;
   }
   const auto& req = std::get<RestoreRequest>(r);
-  Require(IsValidSnapshotId(req.snapshot) && NoPathSeparators(req.snapshot));
+  // A snapshot id (no path in it), or a registry reference the grammar takes (no `..`, no empty component).
+  if (!req.reference.empty()) {
+    Require(req.snapshot.empty() && ParseRegistryReference(req.reference).ok() &&
+            req.reference.find("/../") == std::string::npos && req.reference.find("//") == std::string::npos);
+  } else {
+    Require(IsValidSnapshotId(req.snapshot) && NoPathSeparators(req.snapshot));
+  }
   Require(req.target_container.empty() || IsValidContainerId(req.target_container));
   Require(req.name.empty() || NoPathSeparators(req.name));
 }
