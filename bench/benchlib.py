@@ -116,7 +116,7 @@ def cold_intervals(phases, t0, t_first):
             out.append((label, phases[name] - prev))
             prev = phases[name]
     if t_first is not None:
-        out.append(("first /generate answered", t_first - prev))
+        out.append(("first token of /generate", t_first - prev))
     return out
 
 
@@ -243,10 +243,15 @@ def markdown_table(results):
     def row(name, v, ratio=True, speed=True):
         lines.append(f"| {name} | {fmt_s(v)} | {fmt_ratio(v, cold, speed) if ratio else ''} |")
 
+    def full_answer(doc):
+        if isinstance(doc, dict) and doc.get("full_answer_s") is not None:
+            row("  ↳ … → full answer (every token)", doc["full_answer_s"], ratio=False)
+
     if cold is not None:
         row("cold start → first token", cold)
         for iv in dig(results, "cold_start.intervals") or []:
             row(f"  ↳ {iv.get('phase')}", iv.get("seconds"), ratio=False)
+        full_answer(results.get("cold_start"))
     cycles = results.get("cycles") or []
     for i, c in enumerate(cycles):
         tag = f" #{i + 1}" if len(cycles) > 1 else ""
@@ -261,8 +266,9 @@ def markdown_table(results):
             row(f"restore{tag}, page cache → first token", rs.get("first_token_s"))
             for k, v in timing_rows(dig(rs, "cmd_output.timings_s") or {}):
                 row(f"  ↳ {k}", v, ratio=False)
-            row("  ↳ after gpusnap returned: /health + first /generate",
+            row("  ↳ after gpusnap returned: /health + first token of /generate",
                 (rs.get("first_token_s") or 0) - (rs.get("cmd_s") or 0), ratio=False)
+            full_answer(rs)
     reg = results.get("registry") or {}
     if reg.get("push"):
         p = reg["push"]
@@ -278,15 +284,17 @@ def markdown_table(results):
             row("  ↳ gpusnap pull", reg["pull"].get("seconds"), ratio=False)
         for k, v in timing_rows(dig(r, "cmd_output.timings_s") or {}):
             row(f"  ↳ {k}", v, ratio=False)
-        row("  ↳ after gpusnap returned: /health + first /generate",
+        row("  ↳ after gpusnap returned: /health + first token of /generate",
             (r.get("first_token_s") or 0) - (r.get("cmd_s") or 0), ratio=False)
+        full_answer(r)
     d = results.get("restore_dropped_caches")
     if d:
         row("restore, dropped caches → first token", d.get("first_token_s"))
         for k, v in timing_rows(dig(d, "cmd_output.timings_s") or {}):
             row(f"  ↳ {k}", v, ratio=False)
-        row("  ↳ after gpusnap returned: /health + first /generate",
+        row("  ↳ after gpusnap returned: /health + first token of /generate",
             (d.get("first_token_s") or 0) - (d.get("cmd_s") or 0), ratio=False)
+        full_answer(d)
     return "\n".join(lines)
 
 

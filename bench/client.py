@@ -4,12 +4,14 @@ answer as JSON on stdout. Exit 1 on any failure (a line on stderr).
 
     client.py --port 18080                      # {"tokens": [...], "seconds": ..., ...}
     client.py --port 18080 --exec -- CMD ARGS   # time CMD + the wait for the first answer
+    client.py --port 18080 --stream --exec -- CMD   # ... to the first token of a streamed answer
 
 With --exec it notes the time, runs CMD (stdout captured; JSON if it parses,
 stderr passed through), and as soon as CMD has succeeded waits for the server
 and asks /generate. It prints
     {"t0": unix time before CMD, "cmd_s": CMD's run time,
-     "first_token_s": from t0 to the first /generate answer,
+     "first_token_s": from t0 to the first /generate answer (--stream: to its
+                      first token; "full_answer_s": to the whole answer),
      "cmd_output": CMD's stdout (parsed JSON or text), "answer": the server's answer}
 If CMD's output is JSON with a "pid" (as `gpusnap --json run|restore` prints),
 the wait gives up as soon as that process is gone, instead of at the timeout.
@@ -87,6 +89,40 @@ def generate(host, port, max_new_tokens=None, timeout=600.0):
     return ans
 
 
+def generate_streamed(host, port, max_new_tokens=None, timeout=600.0):
+    """/generate streamed: (the answer, the time its first token arrived)."""
+    doc = {"stream": True}
+    if max_new_tokens:
+        doc["max_new_tokens"] = max_new_tokens
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("POST", "/generate", body=json.dumps(doc),
+                     headers={"Connection": "close", "Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if resp.status != 200:
+            raise Failure(f"/generate answered HTTP {resp.status}: {resp.read()[:500]!r}")
+        t_first, ans = None, None
+        for line in resp:
+            try:
+                item = json.loads(line)
+            except ValueError:
+                raise Failure(f"/generate streamed a line that is not JSON: {line[:200]!r}")
+            if isinstance(item, dict) and "token" in item:
+                if t_first is None:
+                    t_first = time.time()
+            elif isinstance(item, dict) and "error" in item:
+                raise Failure(f"/generate failed while streaming: {item['error']}")
+            else:
+                ans = item
+    except (OSError, http.client.HTTPException) as e:
+        raise Failure(f"/generate failed: {type(e).__name__}: {e}")
+    finally:
+        conn.close()
+    if not isinstance(ans, dict) or not isinstance(ans.get("tokens"), list) or t_first is None:
+        raise Failure(f"/generate streamed no tokens and answer: {ans!r}")
+    return ans, t_first
+
+
 def parse_output(text):
     try:
         return json.loads(text)
@@ -108,6 +144,9 @@ def parse_args(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=None, help="default: the server's")
     p.add_argument("--watch-pid", type=int, default=None, help="give up when this process is gone")
     p.add_argument("--health-only", action="store_true", help="only wait for /health")
+    p.add_argument("--stream", action="store_true",
+                   help="ask for a streamed answer: first_token_s is then its first token's arrival, "
+                        "full_answer_s the whole answer's")
     p.add_argument("--exec", dest="exec_", action="store_true",
                    help="the rest of the line (after an optional --) is a command to run and time first")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -142,13 +181,20 @@ def main(argv=None):
             watch = watch or watched_pid(out)
             result = {"t0": t0, "cmd_s": t_cmd - t0, "cmd_output": out}
         wait_health(a.host, a.port, t0 + a.timeout, watch)
+        t_first = None
         if a.health_only:
             ans = {"healthy": True}
+        elif a.stream:
+            t_ask = time.time()
+            ans, t_first = generate_streamed(a.host, a.port, a.max_new_tokens, timeout=max(a.timeout, 60.0))
+            ans["first_token_after_s"] = t_first - t_ask
         else:
             ans = generate(a.host, a.port, a.max_new_tokens, timeout=max(a.timeout, 60.0))
         t1 = time.time()
         if result is None:
             result = ans
+        elif t_first is not None:
+            result.update(first_token_s=t_first - t0, full_answer_s=t1 - t0, streamed=True, answer=ans)
         else:
             result.update(first_token_s=t1 - t0, answer=ans)
         json.dump(result, sys.stdout)

@@ -260,8 +260,8 @@ if [ "$demo" = 1 ]; then
   case "$model" in 1b) shape="Llama-3.2-1B" ;; 8b) shape="Llama-3.1-8B" ;; *) shape="tiny Llama" ;; esac
   say "gpusnap demo: a $shape-shaped inference server (random bf16 weights) on ${gpu_name:-the GPU}"
 fi
-say "cold start: gpusnap run -- python3 bench/server.py --model $model (to the first /generate answer)"
-"$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$cold_timeout" --exec -- \
+say "cold start: gpusnap run -- python3 bench/server.py --model $model (to the first token of a streamed /generate)"
+"$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$cold_timeout" --stream --exec -- \
   "$gpusnap" --json run "${run_flags[@]}" --name "$name" --log "$server_log" -- env "${server_env[@]}" \
   "$PY" -u "$BENCH_DIR/server.py" "${server_args[@]}" >"$results/cold.raw" 2>"$logs/cold.err" ||
   { cat "$logs/cold.err" >&2; fail "the cold start failed"; }
@@ -299,8 +299,8 @@ checkpoint() {  # cycle number -> snapshot id in $snap
 
 restore() {  # snapshot id, result name, label
   local id=$1 res=$2 label=$3
-  say "$label: gpusnap restore $id (to the first /generate answer)" detail
-  "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --exec -- \
+  say "$label: gpusnap restore $id (to the first token of a streamed /generate)" detail
+  "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --stream --exec -- \
     "$gpusnap" --json restore "$id" >"$results/$res.json" 2>"$logs/$res.err" ||
     { rm -f "$results/$res.json"; cat "$logs/$res.err" >&2; fail "$label failed"; }
   add_reaper "$results/$res.json"
@@ -319,12 +319,12 @@ for k in $(seq 1 "$cycles"); do
   fi
 done
 
-registry_restore() {  # result name, label, command...: into an empty store, to the first /generate answer
+registry_restore() {  # result name, label, command...: into an empty store, to the first token of a streamed /generate
   local res=$1 label=$2
   shift 2
   rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
-  say "$label, into an empty store (to the first /generate answer)" detail
-  "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --exec -- "$@" \
+  say "$label, into an empty store (to the first token of a streamed /generate)" detail
+  "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --stream --exec -- "$@" \
     >"$results/$res.json" 2>"$logs/$res.err" ||
     { rm -f "$results/$res.json"; cat "$logs/$res.err" >&2; fail "$label failed"; }
   add_reaper "$results/$res.json"

@@ -12,7 +12,9 @@ generations of one fixed prompt (fixed token ids, no tokenizer) over HTTP on
     GET  /health    200 "ok" (the port is only opened once the model is warm)
     GET  /info      the server's phase timestamps, model, identity
     POST /generate  {"tokens": [...], "seconds": t, ...}   (GET works too;
-                    optional ?max_new_tokens=N or a JSON body of the same)
+                    optional ?max_new_tokens=N or a JSON body of the same;
+                    with ?stream=1 or {"stream": true}: one {"token": id} line
+                    per token as it is made, then that answer as the last line)
 
 It prints one line per phase of its start on stdout: `PHASE <name> <unix time>`.
 
@@ -174,13 +176,15 @@ class FakeBackend:
     def build(self, weights):
         return weights
 
-    def generate(self, model, ids, n):
+    def generate(self, model, ids, n, on_token=None):
         state = hashlib.sha256(bytes(model)).digest()
         state = hashlib.sha256(state + json.dumps(ids).encode()).digest()
         out = []
         for _ in range(n):
             state = hashlib.sha256(state).digest()
             out.append(int.from_bytes(state[:4], "little") % self.vocab)
+            if on_token:
+                on_token(out[-1])
         return out
 
     def pinned(self, mb):
@@ -324,14 +328,33 @@ class TorchBackend:
             parent_name, _, attr = mod_name.rpartition(".")
             setattr(model.get_submodule(parent_name) if parent_name else model, attr, fresh)
 
-    def generate(self, model, ids, n):
+    def generate(self, model, ids, n, on_token=None):
         from transformers import GenerationConfig
+        from transformers.generation.streamers import BaseStreamer
+
+        class Streamer(BaseStreamer):
+            """Hands each new token on as generate() makes it (its first put is the prompt)."""
+
+            def __init__(self):
+                self.prompt_seen = False
+
+            def put(self, value):
+                if not self.prompt_seen:
+                    self.prompt_seen = True
+                    return
+                for t in value.reshape(-1).tolist():
+                    on_token(t)
+
+            def end(self):
+                pass
+
         gc = GenerationConfig(max_new_tokens=n, do_sample=False, num_beams=1, pad_token_id=0,
                               eos_token_id=None, bos_token_id=None)
         dev = torch.device(self.args.device)
         x = torch.tensor([ids], dtype=torch.long, device=dev)
         with torch.inference_mode():
-            out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gc)
+            out = model.generate(input_ids=x, attention_mask=torch.ones_like(x), generation_config=gc,
+                                 streamer=Streamer() if on_token else None)
         return out[0, len(ids):].tolist()
 
     def pinned(self, mb):
@@ -380,9 +403,9 @@ class State:
         self.pinned = None
         self.pinned_ref = None
 
-    def generate(self, n):
+    def generate(self, n, on_token=None):
         t = time.time()
-        tokens = self.backend.generate(self.model, self.prompt, n)
+        tokens = self.backend.generate(self.model, self.prompt, n, on_token)
         seconds = time.time() - t
         self.served += 1
         ans = {"tokens": tokens, "seconds": round(seconds, 6), "served": self.served, "pid": os.getpid(),
@@ -421,6 +444,18 @@ def parse_max_new_tokens(path, body, default):
     return n
 
 
+def wants_stream(path, body):
+    """A streamed answer asked for: ?stream=1, or {"stream": true} in the body."""
+    q = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+    if q.get("stream", ["0"])[0] in ("1", "true"):
+        return True
+    try:
+        doc = json.loads(body) if body else {}
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("stream") is True
+
+
 def make_handler(state):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.0"
@@ -447,6 +482,8 @@ def make_handler(state):
                     n = parse_max_new_tokens(self.path, body, state.args.max_new_tokens)
                 except ValueError as e:
                     return self.reply(400, {"error": str(e)})
+                if wants_stream(self.path, body):
+                    return self.stream(n)
                 try:
                     ans = state.generate(n)
                 except Exception as e:  # noqa: BLE001 - report it, keep serving
@@ -455,6 +492,28 @@ def make_handler(state):
                 print(f"REQ generate {n} tokens {ans['seconds']:.3f} s served={ans['served']}", flush=True)
                 return self.reply(200, ans)
             return self.reply(404, {"error": f"no such path {path}"})
+
+        def stream(self, n):
+            """One JSON line per token as it is made ({"token": id}), then the
+            whole answer as the last line (as /generate answers unstreamed)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+            def on_token(t):
+                self.wfile.write((json.dumps({"token": t}) + "\n").encode())
+                self.wfile.flush()
+
+            try:
+                ans = state.generate(n, on_token)
+            except Exception as e:  # noqa: BLE001 - report it, keep serving
+                print(f"generate failed: {e!r}", flush=True)
+                self.wfile.write((json.dumps({"error": repr(e)}) + "\n").encode())
+                return
+            print(f"REQ generate {n} tokens {ans['seconds']:.3f} s served={ans['served']} (streamed)", flush=True)
+            self.wfile.write((json.dumps(ans) + "\n").encode())
 
         def do_GET(self):
             self.route(b"")

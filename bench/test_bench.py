@@ -116,7 +116,7 @@ class Pure(unittest.TestCase):
         iv = benchlib.cold_intervals(phases, 1.0, 11.0)
         self.assertAlmostEqual(sum(v for _, v in iv), 10.0)
         self.assertEqual(iv[0][1], 0.5)
-        self.assertEqual(iv[-1][0], "first /generate answered")
+        self.assertEqual(iv[-1][0], "first token of /generate")
         self.assertNotIn("pinned host buffer", [label for label, _ in iv])
 
     def test_compare_accepts_a_true_restore(self):
@@ -268,6 +268,21 @@ class Protocol(unittest.TestCase):
         self.assertEqual(doc["cmd_output"], {"pid": 0, "x": 1})
         self.assertGreaterEqual(doc["first_token_s"], doc["cmd_s"])
         self.assertEqual(len(doc["answer"]["tokens"]), 8)
+
+    def test_a_streamed_answer_comes_token_by_token_and_ends_with_the_whole_answer(self):
+        plain = json.loads(self.client().stdout)
+        status, body = client.request("127.0.0.1", self.port, "POST", "/generate", body=b'{"stream": true}')
+        self.assertEqual(status, 200)
+        lines = [json.loads(line) for line in body.decode().splitlines()]
+        self.assertEqual([line["token"] for line in lines[:-1]], plain["tokens"])
+        self.assertEqual(lines[-1]["tokens"], plain["tokens"])
+        self.assertEqual(lines[-1]["served"], plain["served"] + 1)
+        r = self.client("--stream", "--exec", "--", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        doc = json.loads(r.stdout)
+        self.assertTrue(doc["streamed"])
+        self.assertLessEqual(doc["first_token_s"], doc["full_answer_s"])
+        self.assertEqual(doc["answer"]["tokens"], plain["tokens"])
 
     def test_exec_fails_when_the_command_fails(self):
         r = self.client("--exec", "false")
