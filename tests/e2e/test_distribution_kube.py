@@ -32,7 +32,7 @@ import unittest
 
 from harness import GPUSNAP
 from registry import Registry
-from test_distribution_nodes import Node
+from test_distribution_nodes import Node, stop_nodes
 from test_restore_into_container import PlaceholderCase
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../k8s"))
@@ -124,11 +124,7 @@ class TwoKubeNodes(PlaceholderCase):
     def tearDown(self):
         for path in self.resume_files:  # no agent is left paused
             open(path, "a").close()
-        for agent in self.agents:
-            agent.stop()
-        self.agents = []
-        for node in (self.a, self.b):
-            node.stop_workloads()
+        stop_nodes(self, (self.a, self.b))
         super().tearDown()
 
     @staticmethod

@@ -63,6 +63,15 @@ class Node:
         end_workloads(self.workloads, self.case.wait_gone)
 
 
+def stop_nodes(case, nodes):
+    """Stops the case's agents, then what is still running on each node."""
+    for agent in case.agents:
+        agent.stop()
+    case.agents = []
+    for node in nodes:
+        node.stop_workloads()
+
+
 class TwoNodes(base.AgentCase):
     """Nodes A and B and a registry in MODE (no tests of its own)."""
 
@@ -81,11 +90,7 @@ class TwoNodes(base.AgentCase):
                                                      self.registry.password)
 
     def tearDown(self):
-        for agent in self.agents:
-            agent.stop()
-        self.agents = []
-        for node in (self.a, self.b):
-            node.stop_workloads()
+        stop_nodes(self, (self.a, self.b))
         super().tearDown()
 
     def registry_flags(self):
