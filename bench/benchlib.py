@@ -263,7 +263,8 @@ def markdown_table(results):
                 row(f"  ↳ {k}", v, ratio=False)
         rs = c.get("restore") or {}
         if rs:
-            row(f"restore{tag}, page cache → first token", rs.get("first_token_s"))
+            thp = f", THP {rs['thp']}" if rs.get("thp") else ""
+            row(f"restore{tag}, page cache{thp} → first token", rs.get("first_token_s"))
             for k, v in timing_rows(dig(rs, "cmd_output.timings_s") or {}):
                 row(f"  ↳ {k}", v, ratio=False)
             row("  ↳ after gpusnap returned: /health + first token of /generate",

@@ -46,6 +46,9 @@ usage: $0 [options]
   --gpushare             start the server with the gpushare shim (device memory through the chunk store)
   --registry             after the cycles, push the snapshot to a docker-registry started on 127.0.0.1
                          and restore it from its reference into an empty store, and by pull-then-restore
+  --thp-even MODE        restores of even cycles with the host's transparent huge pages set to MODE
+                         (always|madvise|never), odd ones as the host has it: side by side in one run;
+                         the setting is put back after each
   --registry-dir DIR     where the registry keeps its storage (a gpusnap-bench-registry folder in it,
                          removed at the end; default WORK_DIR)
   --backend torch|fake   fake: a CPU stand-in server (tests of this script without a GPU)
@@ -57,7 +60,8 @@ die_usage() { echo "run_bench.sh: $*" >&2; usage >&2; exit 2; }
 model=""; demo=0; cycles=""; drop_caches=1; gpusnap=""; weights_dir=/tmp/gpusnap-weights
 work_dir=/var/tmp/gpusnap-bench; store=""; out_file=""; pinned_mb=256; max_new_tokens=32; gpu=""; port=""
 cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0; use_registry=0
-registry_dir=""
+registry_dir=""; thp_even=""
+THP_FILE=/sys/kernel/mm/transparent_hugepage/enabled
 while [ $# -gt 0 ]; do
   opt=$1
   case "$opt" in
@@ -78,6 +82,7 @@ while [ $# -gt 0 ]; do
     --weights-dir) weights_dir=$val ;;
     --work-dir) work_dir=$val ;;
     --registry-dir) registry_dir=$val ;;
+    --thp-even) thp_even=$val ;;
     --store) store=$val ;;
     --out) out_file=$val ;;
     --pinned-mb) pinned_mb=$val ;;
@@ -95,6 +100,7 @@ is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 [ -n "$model" ] || { [ "$demo" = 1 ] && model=1b || model=8b; }
 case "$model" in tiny|1b|8b) ;; *) die_usage "--model must be tiny, 1b or 8b" ;; esac
 case "$backend" in torch|fake) ;; *) die_usage "--backend must be torch or fake" ;; esac
+case "$thp_even" in ''|always|madvise|never) ;; *) die_usage "--thp-even takes always, madvise or never" ;; esac
 for v in pinned_mb max_new_tokens cold_timeout restore_timeout; do is_uint "${!v}" || die_usage "--${v//_/-} must be a number"; done
 [ -z "$cycles" ] || { is_uint "$cycles" && [ "$cycles" -ge 1 ]; } || die_usage "--cycles must be a number ≥ 1"
 [ -z "$port" ] || is_uint "$port" || die_usage "--port must be a number"
@@ -180,6 +186,7 @@ cleanup() {
   set +e
   trap - EXIT INT TERM
   stop_workloads
+  [ -z "$thp_host" ] || echo "$thp_host" >"$THP_FILE" 2>/dev/null
   if [ -n "$registry_pid" ]; then kill -TERM "$registry_pid" 2>/dev/null; wait "$registry_pid" 2>/dev/null; fi
   rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
   [ -z "$registry_dir" ] || rm -rf "$registry_dir/gpusnap-bench-registry"
@@ -309,9 +316,24 @@ restore() {  # snapshot id, result name, label
   say "  first token after $(printf %.2f "$("$PY" "$LIB" get "$results/$res.json" first_token_s)") s, tokens identical" detail
 }
 
+# The host's THP mode: the word in brackets of "always [madvise] never".
+thp_mode() { sed -n 's/.*\[\(.*\)\].*/\1/p' "$THP_FILE" 2>/dev/null; }
+if [ -n "$thp_even" ]; then
+  thp_host=$(thp_mode)
+  [ -n "$thp_host" ] || fail "--thp-even: cannot read $THP_FILE"
+fi
+
 for k in $(seq 1 "$cycles"); do
   checkpoint "$k"
-  restore "$snap" "cycle-$k-restore" "restore #$k (page cache)"
+  if [ -n "$thp_even" ] && [ $((k % 2)) = 0 ]; then
+    echo "$thp_even" >"$THP_FILE" || fail "--thp-even: cannot write $THP_FILE (not root?)"
+  fi
+  thp_now=""
+  [ -z "$thp_even" ] || thp_now=$(thp_mode)
+  restore "$snap" "cycle-$k-restore" "restore #$k (page cache${thp_now:+, THP $thp_now})"
+  [ -z "$thp_host" ] || echo "$thp_host" >"$THP_FILE"
+  [ -z "$thp_now" ] || "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["thp"] = sys.argv[2]; json.dump(d, open(sys.argv[1], "w"))' \
+    "$results/cycle-$k-restore.json" "$thp_now"
   before=$prev
   prev=$results/cycle-$k-restore.json
   if [ "$cycles" -gt 1 ] && [ "$k" -lt "$cycles" ] && [ "$keep" = 0 ]; then
