@@ -61,7 +61,7 @@ model=""; demo=0; cycles=""; drop_caches=1; gpusnap=""; weights_dir=/tmp/gpusnap
 work_dir=/var/tmp/gpusnap-bench; store=""; out_file=""; pinned_mb=256; max_new_tokens=32; gpu=""; port=""
 cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0; use_registry=0
 registry_dir=""; thp_even=""
-THP_FILE=/sys/kernel/mm/transparent_hugepage/enabled
+THP_FILE=${GPUSNAP_BENCH_THP_FILE:-/sys/kernel/mm/transparent_hugepage/enabled}  # another file: tests
 while [ $# -gt 0 ]; do
   opt=$1
   case "$opt" in
@@ -179,7 +179,8 @@ stop_workloads() {  # stop every running workload (by its reaper) and wait for i
 
 error=""
 finished=0
-registry_pid=
+registry_pid=""
+thp_host=""
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   local rc=$? last id
@@ -317,7 +318,7 @@ restore() {  # snapshot id, result name, label
 }
 
 # The host's THP mode: the word in brackets of "always [madvise] never".
-thp_mode() { sed -n 's/.*\[\(.*\)\].*/\1/p' "$THP_FILE" 2>/dev/null; }
+thp_mode() { local m; m=$(cat "$THP_FILE" 2>/dev/null) || return 0; case "$m" in *\[*\]*) m=${m#*[}; m=${m%%]*} ;; esac; echo "$m"; }
 if [ -n "$thp_even" ]; then
   thp_host=$(thp_mode)
   [ -n "$thp_host" ] || fail "--thp-even: cannot read $THP_FILE"

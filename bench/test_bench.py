@@ -337,6 +337,32 @@ class UnderGpusnap(unittest.TestCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_thp_even_restores_even_cycles_in_the_mode_and_puts_the_hosts_back(self):
+        tmp = tempfile.mkdtemp(prefix="gpusnap-bench-thp-")
+        try:
+            thp = os.path.join(tmp, "enabled")  # stands for /sys/kernel/mm/transparent_hugepage/enabled
+            with open(thp, "w") as f:
+                f.write("always [madvise] never\n")
+            out = os.path.join(tmp, "bench.json")
+            env = {k: v for k, v in os.environ.items() if k not in ("GPUSNAP_STORE", "OUT")}
+            env["GPUSNAP_BENCH_THP_FILE"] = thp
+            r = subprocess.run(["bash", os.path.join(HERE, "run_bench.sh"), "--backend", "fake", "--model", "tiny",
+                                "--gpusnap", GPUSNAP, "--work-dir", os.path.join(tmp, "work"), "--weights-dir",
+                                os.path.join(tmp, "weights"), "--out", out, "--cycles", "2", "--no-drop-caches",
+                                "--thp-even", "always"], capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            res = benchlib.load(out)
+            self.assertEqual([c["restore"]["thp"] for c in res["cycles"]], ["madvise", "always"])
+            self.assertIn("| restore #2, page cache, THP always → first token |", r.stdout)
+            with open(thp) as f:
+                self.assertEqual(f.read().strip(), "madvise")  # the host's mode, put back
+            bad = subprocess.run(["bash", os.path.join(HERE, "run_bench.sh"), "--thp-even", "sometimes"],
+                                 capture_output=True, text=True, env=env)
+            self.assertEqual(bad.returncode, 2)
+            self.assertIn("--thp-even takes always, madvise or never", bad.stderr)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def test_cycles_and_dropped_caches(self):
         tmp = tempfile.mkdtemp(prefix="gpusnap-bench-e2e-")
         try:
