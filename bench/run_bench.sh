@@ -46,6 +46,8 @@ usage: $0 [options]
   --gpushare             start the server with the gpushare shim (device memory through the chunk store)
   --registry             after the cycles, push the snapshot to a docker-registry started on 127.0.0.1
                          and restore it from its reference into an empty store, and by pull-then-restore
+  --huge-pages-even      restores of even cycles with `gpusnap restore --huge-pages` (gpusnap sets the
+                         host's THP to always while CRIU restores), odd ones without
   --thp-even MODE        restores of even cycles with the host's transparent huge pages set to MODE
                          (always|madvise|never), odd ones as the host has it: side by side in one run;
                          the setting is put back after each
@@ -60,7 +62,7 @@ die_usage() { echo "run_bench.sh: $*" >&2; usage >&2; exit 2; }
 model=""; demo=0; cycles=""; drop_caches=1; gpusnap=""; weights_dir=/tmp/gpusnap-weights
 work_dir=/var/tmp/gpusnap-bench; store=""; out_file=""; pinned_mb=256; max_new_tokens=32; gpu=""; port=""
 cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0; use_registry=0
-registry_dir=""; thp_even=""
+registry_dir=""; thp_even=""; huge_pages_even=0
 THP_FILE=${GPUSNAP_BENCH_THP_FILE:-/sys/kernel/mm/transparent_hugepage/enabled}  # another file: tests
 while [ $# -gt 0 ]; do
   opt=$1
@@ -68,6 +70,7 @@ while [ $# -gt 0 ]; do
     -h|--help) usage; exit 0 ;;
     --demo) demo=1; shift; continue ;;
     --registry) use_registry=1; shift; continue ;;
+    --huge-pages-even) huge_pages_even=1; shift; continue ;;
     --no-drop-caches) drop_caches=0; shift; continue ;;
     --keep) keep=1; shift; continue ;;
     --check-targets) check_targets=1; shift; continue ;;
@@ -305,11 +308,12 @@ checkpoint() {  # cycle number -> snapshot id in $snap
   say "  snapshot $snap in $(printf %.2f "$("$PY" "$LIB" get "$results/cycle-$k-checkpoint.json" wall_s)") s" detail
 }
 
-restore() {  # snapshot id, result name, label
+restore() {  # snapshot id, result name, label, gpusnap restore's extra flags...
   local id=$1 res=$2 label=$3
-  say "$label: gpusnap restore $id (to the first token of a streamed /generate)" detail
+  shift 3
+  say "$label: gpusnap restore $id $* (to the first token of a streamed /generate)" detail
   "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$restore_timeout" --stream --exec -- \
-    "$gpusnap" --json restore "$id" >"$results/$res.json" 2>"$logs/$res.err" ||
+    "$gpusnap" --json restore "$id" "$@" >"$results/$res.json" 2>"$logs/$res.err" ||
     { rm -f "$results/$res.json"; cat "$logs/$res.err" >&2; fail "$label failed"; }
   add_reaper "$results/$res.json"
   "$PY" "$LIB" compare --tokens-ref "$results/cold.json" --prev "$prev" --new "$results/$res.json" --label "$label" ||
@@ -331,7 +335,9 @@ for k in $(seq 1 "$cycles"); do
   fi
   thp_now=""
   [ -z "$thp_even" ] || thp_now=$(thp_mode)
-  restore "$snap" "cycle-$k-restore" "restore #$k (page cache${thp_now:+, THP $thp_now})"
+  flags=()
+  [ "$huge_pages_even" = 0 ] || [ $((k % 2)) != 0 ] || { flags=(--huge-pages); thp_now="always (gpusnap --huge-pages)"; }
+  restore "$snap" "cycle-$k-restore" "restore #$k (page cache${thp_now:+, THP $thp_now})" "${flags[@]}"
   [ -z "$thp_host" ] || echo "$thp_host" >"$THP_FILE"
   [ -z "$thp_now" ] || "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["thp"] = sys.argv[2]; json.dump(d, open(sys.argv[1], "w"))' \
     "$results/cycle-$k-restore.json" "$thp_now"

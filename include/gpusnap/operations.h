@@ -55,6 +55,9 @@ struct RestoreOptions {
   // __placeholder`: restore into its pid + mount namespaces and its cgroups
   // instead of a fresh namespace. Empty: a fresh namespace.
   std::string into_container;
+  // The host's transparent huge pages set to `always` while CRIU restores,
+  // its own mode put back after (snapshot/huge_pages.h).
+  bool huge_pages = false;
   ProgressFn progress;
 };
 

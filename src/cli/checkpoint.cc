@@ -149,6 +149,9 @@ void AddRestore(CLI::App& app, Context& ctx) {
                   "Restore onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this machine's");
   sub->add_option("--gpus", opts->gpus, "Restore the snapshot's GPUs, in order, onto these GPU indices (in-process)")
       ->delimiter(',');
+  sub->add_flag("--huge-pages", opts->huge_pages,
+                "Set the host's transparent huge pages to `always` while CRIU restores (faster for large images), "
+                "its own mode put back after (in-process)");
   sub->add_option("--into-container", opts->into_container,
                   "Restore into this container's namespaces and cgroups (an id or unique prefix); its init must be "
                   "an idle `gpusnap __placeholder`");
@@ -158,7 +161,7 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->callback([&ctx, sub, opts, agent] {
     RunOperation(ctx, *sub, *agent, *opts, "restore",
                  {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus", "--registry-config", "--ca-file",
-                  "--plain-http", "--jobs", "--registry-timeout"},
+                  "--plain-http", "--jobs", "--registry-timeout", "--huge-pages"},
                  RestoreThroughAgent, RestoreHere, PrintRestore);
   });
 }

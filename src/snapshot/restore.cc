@@ -50,6 +50,7 @@
 #include "proc/proc.h"
 #include "registry/reference.h"
 #include "registry/staged_pull.h"
+#include "snapshot/huge_pages.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
 #include "snapshot/tcp_ports.h"
@@ -212,6 +213,11 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
                             }).Wrap(fmt::format("restore of `{}` failed", meta.id)));
     phases.Done();
   }
+  std::optional<HugePagesWindow> huge_pages;
+  if (options.huge_pages) {
+    GPUSNAP_ASSIGN_OR_RETURN(huge_pages, HugePagesWindow::Open(ThpFile(), RunDir() + "/thp"));
+    PauseIfRequested("huge-pages");
+  }
   phases.Start("criu-restore");
   std::string images = run.dir + "/" + SnapshotFiles::kCheckpointDir;
   std::string logs = RunDir() + "/logs";
@@ -236,6 +242,11 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   op.join_cgroups = join_cgroups;
   result.log = op.log_path;
   auto resp = criu::Run(op);
+  if (huge_pages) {
+    // The host's mode back as soon as CRIU is done: a failure to is told, not the restore's.
+    if (Status closed = huge_pages->Close(); !closed.ok() && options.progress)
+      options.progress({"huge-pages: " + closed.message(), 0, 0, false});
+  }
   if (verify_alongside) {
     // A bad snapshot is the cause of whatever CRIU made of it.
     Timed<Status> digests = run.digests.get();

@@ -86,6 +86,25 @@ class RoundTrip(GpusnapCase):
         children = open(f"/proc/{new_pid}/task/{new_pid}/children").read().split()
         self.assertEqual(len(children), 2)
 
+    def test_huge_pages_are_always_while_criu_restores_and_the_hosts_mode_comes_back(self):
+        thp = os.path.join(self.tmp, "thp-enabled")  # stands for /sys/kernel/mm/transparent_hugepage/enabled
+        with open(thp, "w") as f:
+            f.write("always [madvise] never\n")
+        env = dict(self.env, GPUSNAP_THP_FILE=thp)
+        pid = self.run_counter("hp")
+        snap = self.checkpoint("hp")
+        self.assertTrue(self.wait_gone(pid))
+        proc, resume = self.paused(["restore", snap, "--huge-pages"], "huge-pages", env=env)
+        with open(thp) as f:
+            self.assertEqual(f.read().strip(), "always")
+        open(resume, "w").close()
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 0, err)
+        with open(thp) as f:
+            self.assertEqual(f.read().strip(), "madvise")
+        new = int(out.strip().splitlines()[-1])
+        self.wait_count(new, self.count(new) + 3)
+
     def test_leave_running_keeps_both_counting(self):
         pid = self.run_counter("both")
         snap = self.checkpoint("both", "--leave-running")
