@@ -51,17 +51,6 @@ Status Mismatch(const std::string& ref, const Blob& blob, const std::string& wha
                        "not stored", ref, blob.digest, what, got);
 }
 
-Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return Status::Errno(errno, "writing `{}`", path);
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
 // The config blob: small, fetched whole.
 Result<std::string> FetchConfig(RegistryClient& client, const std::string& repo, const Blob& blob,
                                 const std::string& ref) {
@@ -119,7 +108,7 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
   std::string pending;
   pending.reserve(kWriteBytes);
   auto flush = [&] {
-    if (!pending.empty()) written = WriteAll(fd.get(), pending.data(), pending.size(), part);
+    if (!pending.empty()) written = WriteAll(fd.get(), pending, part);
     pending.clear();
     return written.ok();
   };
@@ -232,17 +221,11 @@ Status CheckFilesMatch(const registry::Artifact& a, const SnapshotMeta& meta, co
 
 Status PublishStaged(const std::string& staging, const std::string& final_dir, const std::string& meta_json) {
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(staging + "/" + SnapshotFiles::kMetaFile, meta_json));
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(staging, ec))
-    if (entry.is_directory(ec)) GPUSNAP_RETURN_IF_ERROR(FsyncPath(entry.path().string()));
-  GPUSNAP_RETURN_IF_ERROR(FsyncPath(staging));
-  if (::rename(staging.c_str(), final_dir.c_str()) != 0) {
-    if (errno == EEXIST || errno == ENOTEMPTY)
-      return Status::Error(Code::kAlreadyExists, "a snapshot `{}` appeared in the store meanwhile",
-                           std::filesystem::path(final_dir).filename().string());
-    return Status::Errno(errno, "publishing `{}` as `{}`", staging, final_dir);
-  }
-  return FsyncPath(std::filesystem::path(final_dir).parent_path().string());
+  Status moved = SyncAndRenameTree(staging, final_dir);
+  if (moved.sys_errno() == EEXIST || moved.sys_errno() == ENOTEMPTY)
+    return Status::Error(Code::kAlreadyExists, "a snapshot `{}` appeared in the store meanwhile",
+                         std::filesystem::path(final_dir).filename().string());
+  return moved;
 }
 
 }  // namespace

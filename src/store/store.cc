@@ -148,16 +148,10 @@ Status PendingSnapshot::Publish(SnapshotMeta& meta) {
   for (const auto& [_, d] : meta.files) meta.total_bytes += d.size;
   std::string meta_path = tmp_dir_ + "/" + SnapshotFiles::kMetaFile;
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(meta_path, SnapshotMetaToJson(meta)));
-  // Directories too: a rename of a directory whose entries are not durable
-  // could publish an empty snapshot after a power loss.
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(tmp_dir_, ec))
-    if (entry.is_directory(ec)) GPUSNAP_RETURN_IF_ERROR(FsyncPath(entry.path().string()));
-  GPUSNAP_RETURN_IF_ERROR(FsyncPath(tmp_dir_));
-  if (::rename(tmp_dir_.c_str(), final_dir_.c_str()) != 0)
-    return Status::Errno(errno, "publishing `{}` as `{}`", tmp_dir_, final_dir_);
-  published_ = true;
-  return FsyncPath(std::filesystem::path(final_dir_).parent_path().string());
+  Status moved = SyncAndRenameTree(tmp_dir_, final_dir_);
+  // Renamed even if the parent's sync then failed: the directory is no longer ours to delete.
+  published_ = ::access(tmp_dir_.c_str(), F_OK) != 0;
+  return moved;
 }
 
 Result<SnapshotMeta> Store::Load(const std::string& id) const {

@@ -30,7 +30,7 @@ Result<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
-static Status WriteAll(int fd, std::string_view data, const std::string& path) {
+Status WriteAll(int fd, std::string_view data, const std::string& path) {
   while (!data.empty()) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0) {
@@ -40,6 +40,18 @@ static Status WriteAll(int fd, std::string_view data, const std::string& path) {
     data.remove_prefix(static_cast<size_t>(n));
   }
   return Status::Ok();
+}
+
+Status SyncAndRenameTree(const std::string& dir, const std::string& final_dir) {
+  // Directories too: a rename of a directory whose entries are not durable
+  // could publish an empty one after a power loss.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir, ec))
+    if (entry.is_directory(ec)) GPUSNAP_RETURN_IF_ERROR(FsyncPath(entry.path().string()));
+  GPUSNAP_RETURN_IF_ERROR(FsyncPath(dir));
+  if (::rename(dir.c_str(), final_dir.c_str()) != 0)
+    return Status::Errno(errno, "publishing `{}` as `{}`", dir, final_dir);
+  return FsyncPath(std::filesystem::path(final_dir).parent_path().string());
 }
 
 Status WriteFileSynced(const std::string& path, std::string_view data) {

@@ -20,6 +20,12 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, int mode 
 Status WriteFileSynced(const std::string& path, std::string_view data);
 
 Status FsyncPath(const std::string& path);   // file or directory
+// Writes all of `data` to `fd` (retrying short writes and EINTR); errors name `path`.
+Status WriteAll(int fd, std::string_view data, const std::string& path);
+// Publishes a directory written in place: fsyncs every directory under `dir`
+// and `dir` itself, renames it to `final_dir`, fsyncs the parent. A rename
+// that fails (EEXIST/ENOTEMPTY when `final_dir` is taken) keeps its errno.
+Status SyncAndRenameTree(const std::string& dir, const std::string& final_dir);
 // Creates `path` and any missing parents, like `mkdir -p`. Every directory it
 // creates gets exactly `mode` (set after mkdir, so the umask does not narrow
 // it); directories that already exist are left as they are. A component that
