@@ -11,6 +11,7 @@
     benchlib.py checkpoint --raw F --t0 T --t1 T --out F [--store DIR]
     benchlib.py compare --tokens-ref F --prev F --new F --label TEXT
     benchlib.py report --dir D --out F [--demo] [--check-targets] [--error TEXT]
+    benchlib.py combine --out F ENGINE=FILE...  the results of one run per engine, side by side
 
 Only the standard library; every function below the commands is pure and
 unit-tested (bench/test_benchlib.py).
@@ -35,6 +36,8 @@ COLD_PHASES = [
     ("device", "CUDA init"),
     ("weights", "weights: safetensors → GPU"),
     ("model", "model built around the weights"),
+    ("kvcache", "KV-cache pool allocated"),
+    ("capture", "CUDA graph captured"),
     ("pinned", "pinned host buffer"),
     ("warmup", "warm-up generate"),
     ("ready", "HTTP listener up"),
@@ -319,6 +322,88 @@ def assemble(files):
     return res
 
 
+def engine_text(server):
+    """The server's engine in words, from its INFO lines (cold_start.server)."""
+    server = server if isinstance(server, dict) else {}
+    e = server.get("engine")
+    if not e:
+        return ""
+    if e != "static":
+        return e
+    parts = []
+    if server.get("kv_pool_bytes"):
+        parts.append(f"KV-cache pool {fmt_bytes(server['kv_pool_bytes'])}")
+    if server.get("kv_scratch"):
+        parts.append(f"scratch {server['kv_scratch']}")
+    if server.get("cuda_graphs") is not None:
+        parts.append(f"{server['cuda_graphs']} CUDA graph{'s' if server['cuda_graphs'] != 1 else ''}")
+    return f"static ({', '.join(parts)})" if parts else "static"
+
+
+def per_token_ms(doc, n):
+    """Milliseconds a token after the first in a streamed answer."""
+    if not isinstance(doc, dict) or not n or n < 2:
+        return None
+    first, full = doc.get("first_token_s"), doc.get("full_answer_s")
+    if first is None or full is None:
+        return None
+    return (full - first) / (n - 1) * 1e3
+
+
+def side_by_side(by_engine):
+    """One column per engine ({engine: results of one run}): each run's cold
+    start and restores to the first token (ratio to its own cold start), the
+    full answers, checkpoints, and what its engine held."""
+    names = list(by_engine)
+    rows = []   # (label, {engine: text})
+
+    def add(label, fn):
+        vals = {e: fn(r) for e, r in by_engine.items()}
+        if any(v not in (None, "") for v in vals.values()):
+            rows.append((label, {e: "" if v is None else v for e, v in vals.items()}))
+
+    def secs(v, cold=None):
+        if v is None:
+            return None
+        return f"{fmt_s(v)} ({cold / v:.1f}x faster)" if cold and v else fmt_s(v)
+
+    add("engine", lambda r: engine_text(dig(r, "cold_start.server")) or dig(r, "meta.engine"))
+    add("cold start → first token", lambda r: secs(dig(r, "cold_start.first_token_s")))
+    add("cold start → full answer", lambda r: secs(dig(r, "cold_start.full_answer_s")))
+    labels = []
+    for r in by_engine.values():
+        for iv in dig(r, "cold_start.intervals") or []:
+            if iv.get("phase") not in labels:
+                labels.append(iv.get("phase"))
+    for label in labels:
+        add(f"  ↳ {label}", lambda r, lb=label: next((fmt_s(iv.get("seconds")) for iv in dig(r, "cold_start.intervals")
+                                                      or [] if iv.get("phase") == lb), None))
+    n_cycles = max([len(r.get("cycles") or []) for r in by_engine.values()] + [0])
+    for k in range(n_cycles):
+        tag = f" #{k + 1}" if n_cycles > 1 else ""
+
+        def cyc(r, key, k=k):
+            c = r.get("cycles") or []
+            return dig(c[k], key) if k < len(c) else None
+
+        add(f"checkpoint{tag}", lambda r: (f"{fmt_s(cyc(r, 'checkpoint.wall_s'))} "
+                                           f"({fmt_bytes(cyc(r, 'checkpoint.output.total_bytes'))})"
+                                           if cyc(r, "checkpoint.wall_s") is not None else None))
+        add(f"restore{tag}, page cache → first token",
+            lambda r: secs(cyc(r, "restore.first_token_s"), dig(r, "cold_start.first_token_s")))
+        add("  ↳ … → full answer", lambda r: secs(cyc(r, "restore.full_answer_s")))
+        add("  ↳ ms a token after the first",
+            lambda r: (lambda v: None if v is None else f"{v:.1f}")(
+                per_token_ms(cyc(r, "restore") or {}, dig(r, "meta.max_new_tokens"))))
+    add("restore, dropped caches → first token",
+        lambda r: secs(dig(r, "restore_dropped_caches.first_token_s"), dig(r, "cold_start.first_token_s")))
+    add("result", lambda r: "ok" if r.get("ok", True) and not r.get("error") else f"FAILED: {r.get('error')}")
+    lines = ["| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for label, vals in rows:
+        lines.append(f"| {label} | " + " | ".join(str(vals[e]) for e in names) + " |")
+    return "\n".join(lines)
+
+
 def demo_lines(res):
     s, m = res["summary"], res.get("meta") or {}
     out = []
@@ -331,7 +416,8 @@ def demo_lines(res):
                    f"({s.get('speedup_page_cache', 0):.1f}x faster than the cold start)")
     toks = dig(res, "cold_start.answer.tokens")
     if toks is not None and res["cycles"] and not res.get("error"):
-        out.append(f"tokens after restore identical to the cold start's ({len(toks)} tokens, model {m.get('model')})")
+        eng = f", engine {m['engine']}" if m.get("engine") else ""
+        out.append(f"tokens after restore identical to the cold start's ({len(toks)} tokens, model {m.get('model')}{eng})")
     return out
 
 
@@ -465,7 +551,9 @@ def cmd_report(a):
         srv = m.get("server") or {}
         params = f" ({srv['params'] / 1e9:.2f} B params, bf16)" if srv.get("params") else ""
         version = (m.get("gpusnap_version") or "").splitlines()
+        eng = engine_text(dig(res, "cold_start.server")) or m.get("engine")
         print(f"\nmodel {m.get('model')}{params}, backend {m.get('backend')}, "
+              f"{'engine ' + eng + ', ' if eng else ''}"
               f"GPU {m.get('gpu') or srv.get('gpu') or '?'}, driver {m.get('driver') or '?'}, "
               f"{version[0] if version else 'gpusnap ?'}")
         print()
@@ -487,6 +575,27 @@ def cmd_report(a):
         if not (t["restore_page_cache_le_8s"]["pass"] and t["speedup_ge_5x"]["pass"]):
             return 3
     return 0
+
+
+def cmd_combine(a):
+    by_engine, missing = {}, []
+    for pair in a.pairs:
+        e, _, path = pair.partition("=")
+        try:
+            by_engine[e] = load(path)
+        except (OSError, ValueError):
+            missing.append(e)
+            by_engine[e] = {"ok": False, "error": f"no results ({path})"}
+    doc = {"engines": by_engine, "ok": all(r.get("ok", False) for r in by_engine.values()),
+           "summary": {e: r.get("summary") for e, r in by_engine.items()}}
+    if a.out:
+        os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        save(a.out, doc)
+    print("\nengines side by side (each against its own cold start):\n")
+    print(side_by_side(by_engine))
+    if a.out:
+        print(f"raw results: {a.out}")
+    return 1 if missing else 0
 
 
 def main(argv=None):
@@ -534,6 +643,10 @@ def main(argv=None):
     s.add_argument("--check-targets", action="store_true")
     s.add_argument("--error", default="")
     s.set_defaults(fn=cmd_report)
+    s = sub.add_parser("combine")
+    s.add_argument("--out")
+    s.add_argument("pairs", nargs="+", metavar="ENGINE=FILE")
+    s.set_defaults(fn=cmd_combine)
     a = p.parse_args(argv)
     return a.fn(a) or 0
 

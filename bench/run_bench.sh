@@ -8,6 +8,8 @@
 #   bench/run_bench.sh --demo          1b: one cold start, checkpoint, restore; short output
 #   bench/run_bench.sh --cycles 5      cold start, then 5 checkpoint/restore cycles in a row,
 #                                      then the last snapshot restored after dropping the caches
+#   bench/run_bench.sh --engines static,eager
+#                                      the whole run once per server engine, then both side by side
 #
 # Every answer after a restore must carry the cold start's tokens (and the
 # restored process's own state: same start time, request count one on);
@@ -21,6 +23,7 @@ REPO_DIR=$(cd "$BENCH_DIR/.." && pwd)
 # server, and runs the helpers many times.
 PY=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)') || { echo "run_bench.sh: no python3" >&2; exit 2; }
 LIB="$BENCH_DIR/benchlib.py"
+orig_args=("$@")
 
 usage() {
   cat <<EOF
@@ -54,6 +57,14 @@ usage: $0 [options]
   --registry-dir DIR     where the registry keeps its storage (a gpusnap-bench-registry folder in it,
                          removed at the end; default WORK_DIR)
   --backend torch|fake   fake: a CPU stand-in server (tests of this script without a GPU)
+  --engine static|eager  the server's engine (default static): static holds a KV-cache pool and decodes
+                         from a CUDA graph captured at start; eager is transformers' generate
+  --engines E1,E2        the whole run once per engine (each its own cold start, checkpoints and restores,
+                         in WORK_DIR/engine-E), then a table of them side by side; --out gets both
+  --gpu-memory-utilization F
+                         static: the share of the GPU's memory the server may hold, its KV-cache pool
+                         taking what the weights leave (the server's default: 0.9)
+  --kv-cache-gib N       static: a KV-cache pool of N GiB instead
 EOF
 }
 
@@ -62,7 +73,7 @@ die_usage() { echo "run_bench.sh: $*" >&2; usage >&2; exit 2; }
 model=""; demo=0; cycles=""; drop_caches=1; gpusnap=""; weights_dir=/tmp/gpusnap-weights
 work_dir=/var/tmp/gpusnap-bench; store=""; out_file=""; pinned_mb=256; max_new_tokens=32; gpu=""; port=""
 cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0; use_registry=0
-registry_dir=""; thp_even=""; huge_pages_even=0
+registry_dir=""; thp_even=""; huge_pages_even=0; engine=""; engines=""; gpu_mem_util=""; kv_cache_gib=""
 THP_FILE=${GPUSNAP_BENCH_THP_FILE:-/sys/kernel/mm/transparent_hugepage/enabled}  # another file: tests
 while [ $# -gt 0 ]; do
   opt=$1
@@ -95,6 +106,10 @@ while [ $# -gt 0 ]; do
     --cold-timeout) cold_timeout=$val ;;
     --restore-timeout) restore_timeout=$val ;;
     --backend) backend=$val ;;
+    --engine) engine=$val ;;
+    --engines) engines=$val ;;
+    --gpu-memory-utilization) gpu_mem_util=$val ;;
+    --kv-cache-gib) kv_cache_gib=$val ;;
     *) die_usage "unknown option $opt" ;;
   esac
 done
@@ -108,6 +123,18 @@ for v in pinned_mb max_new_tokens cold_timeout restore_timeout; do is_uint "${!v
 [ -z "$cycles" ] || { is_uint "$cycles" && [ "$cycles" -ge 1 ]; } || die_usage "--cycles must be a number ≥ 1"
 [ -z "$port" ] || is_uint "$port" || die_usage "--port must be a number"
 [ -z "$gpu" ] || [[ $gpu =~ ^[0-9,]+$ ]] || die_usage "--gpu must be a GPU index"
+[ -z "$engine" ] || [ -z "$engines" ] || die_usage "--engine and --engines exclude each other"
+[ -n "$engines" ] || engines=${engine:-static}
+IFS=, read -r -a engine_list <<<"$engines"
+[ ${#engine_list[@]} -ge 1 ] || die_usage "--engines needs at least one engine"
+for e in "${engine_list[@]}"; do
+  case "$e" in static|eager) ;; *) die_usage "--engine(s) takes static or eager, not '$e'" ;; esac
+done
+[ "$(printf '%s\n' "${engine_list[@]}" | sort | uniq -d)" = "" ] || die_usage "--engines names an engine twice"
+engine=${engine_list[0]}
+[ -z "$gpu_mem_util" ] || [ -z "$kv_cache_gib" ] || die_usage "--gpu-memory-utilization and --kv-cache-gib exclude each other"
+[ -z "$gpu_mem_util" ] || [[ $gpu_mem_util =~ ^(0?\.[0-9]+|1(\.0*)?)$ ]] || die_usage "--gpu-memory-utilization must be in (0, 1]"
+[ -z "$kv_cache_gib" ] || [[ $kv_cache_gib =~ ^([0-9]+(\.[0-9]*)?|\.[0-9]+)$ ]] || die_usage "--kv-cache-gib must be a number of GiB"
 if [ "$demo" = 1 ]; then drop_caches=0; cycles=${cycles:-1}; fi
 cycles=${cycles:-1}
 [ "$backend" = fake ] && pinned_mb=0
@@ -119,6 +146,35 @@ store=${store:-${GPUSNAP_STORE:-$work_dir/store}}
 if [ -z "$out_file" ]; then
   if [ -n "${OUT:-}" ]; then out_file=$OUT/bench.json; else out_file=/tmp/gpusnap-bench.json; fi
 fi
+
+# --- several engines: the whole run once per engine, then side by side ------
+if [ ${#engine_list[@]} -gt 1 ]; then
+  child_args=(); skip=0
+  for a in "${orig_args[@]}"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case "$a" in --engines|--work-dir|--out) skip=1; continue ;; esac
+    child_args+=("$a")
+  done
+  mkdir -p "$work_dir"
+  child=""; rc=0; outs=()
+  # A run in the background still gets a TERM (timeout, a Ctrl-C here) passed on, and stops its workloads.
+  trap '[ -z "$child" ] || { kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; }; exit 130' INT
+  trap '[ -z "$child" ] || { kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; }; exit 143' TERM
+  for e in "${engine_list[@]}"; do
+    echo "== engine $e: run_bench.sh ${child_args[*]} --engine $e"
+    rm -f "$work_dir/engine-$e.json"
+    bash "$BENCH_DIR/run_bench.sh" "${child_args[@]}" --engine "$e" --work-dir "$work_dir/engine-$e" \
+      --out "$work_dir/engine-$e.json" &
+    child=$!
+    r=0; wait "$child" || r=$?
+    child=""
+    [ "$r" = 0 ] || { echo "== engine $e: run_bench.sh failed (status $r)" >&2; [ "$rc" != 0 ] || rc=$r; }
+    outs+=("$e=$work_dir/engine-$e.json")
+  done
+  "$PY" "$LIB" combine --out "$out_file" "${outs[@]}" || { [ "$rc" != 0 ] || rc=1; }
+  exit "$rc"
+fi
+
 name=bench
 logs=$work_dir/logs
 results=$work_dir/results
@@ -231,8 +287,10 @@ fi
 # --- the server ---------------------------------------------------------------
 [ -n "$port" ] || port=$("$PY" "$LIB" free-port)
 "$PY" "$LIB" port-free "$port" || fail "port $port is taken: the server could not listen on it (pass another --port)"
-server_args=(--model "$model" --backend "$backend" --weights-dir "$weights_dir" --port "$port"
+server_args=(--model "$model" --backend "$backend" --engine "$engine" --weights-dir "$weights_dir" --port "$port"
              --max-new-tokens "$max_new_tokens" --pinned-mb "$pinned_mb")
+[ -z "$gpu_mem_util" ] || server_args+=(--gpu-memory-utilization "$gpu_mem_util")
+[ -z "$kv_cache_gib" ] || server_args+=(--kv-cache-gib "$kv_cache_gib")
 server_env=(NCCL_NVLS_ENABLE=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false)
 [ -z "$gpu" ] || server_env+=(CUDA_VISIBLE_DEVICES="$gpu")
 
@@ -246,7 +304,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   gpu_name=${q%%,*}; driver=${q##*, }
 fi
 "$PY" "$LIB" env --out "$results/env.json" --prepare-log "$logs/prepare.log" \
-  model="$model" backend="$backend" gpushare="$gpushare" cycles="$cycles" drop_caches="$drop_caches" pinned_mb="$pinned_mb" \
+  model="$model" backend="$backend" engine="$engine" gpushare="$gpushare" cycles="$cycles" drop_caches="$drop_caches" pinned_mb="$pinned_mb" \
   max_new_tokens="$max_new_tokens" gpu="$gpu_name" driver="$driver" kernel="$(uname -r)" host="$(hostname)" \
   gpusnap="$gpusnap" gpusnap_version="$(gs version 2>&1 || true)" store="$store" weights_dir="$weights_dir" \
   commit="$(git -C "$REPO_DIR" rev-parse --short HEAD 2>/dev/null || true)"
@@ -271,7 +329,7 @@ if [ "$demo" = 1 ]; then
   case "$model" in 1b) shape="Llama-3.2-1B" ;; 8b) shape="Llama-3.1-8B" ;; *) shape="tiny Llama" ;; esac
   say "gpusnap demo: a $shape-shaped inference server (random bf16 weights) on ${gpu_name:-the GPU}"
 fi
-say "cold start: gpusnap run -- python3 bench/server.py --model $model (to the first token of a streamed /generate)"
+say "cold start: gpusnap run -- python3 bench/server.py --model $model --engine $engine (to the first token of a streamed /generate)"
 "$PY" "$BENCH_DIR/client.py" --port "$port" --timeout "$cold_timeout" --stream --exec -- \
   "$gpusnap" --json run "${run_flags[@]}" --name "$name" --log "$server_log" -- env "${server_env[@]}" \
   "$PY" -u "$BENCH_DIR/server.py" "${server_args[@]}" >"$results/cold.raw" 2>"$logs/cold.err" ||
@@ -279,6 +337,16 @@ say "cold start: gpusnap run -- python3 bench/server.py --model $model (to the f
 add_reaper "$results/cold.raw"
 "$PY" "$LIB" cold --raw "$results/cold.raw" --log "$server_log" --out "$results/cold.json"
 say "  first token after $(printf %.2f "$("$PY" "$LIB" get "$results/cold.json" first_token_s)") s" detail
+pool=$("$PY" "$LIB" get "$results/cold.json" server.kv_pool_bytes)
+scratch=$("$PY" "$LIB" get "$results/cold.json" server.kv_scratch)
+if [ -n "$pool" ] && [ "$pool" != 0 ]; then
+  say "  KV-cache pool $((pool >> 20)) MiB, scratch: ${scratch:-?}" detail
+  if [ "$gpushare" = 0 ]; then
+    echo "warning: without --gpushare the driver's checkpoint copies the whole KV-cache pool ($((pool >> 30)) GiB) to host memory and the snapshot (--kv-cache-gib bounds it)" >&2
+  elif [ "$scratch" != marked ]; then
+    echo "warning: the KV-cache pool ($((pool >> 30)) GiB) is not marked scratch ($scratch): the checkpoint saves it as chunks" >&2
+  fi
+fi
 
 # The same prompt again on the cold server: greedy decoding must repeat itself
 # here, or no comparison after a restore means anything.

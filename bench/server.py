@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
 """A small LLM inference server for gpusnap's benchmark.
 
-A Llama-architecture model (transformers' LlamaForCausalLM) built from a
-config, with seeded random bf16 weights kept in a safetensors file and loaded
-from it at every start, so that a cold start pays what a real one pays: Python
-and library imports, CUDA init, reading the weights and copying them to the
-GPU, building the model, a warm-up generate. It then answers greedy
-generations of one fixed prompt (fixed token ids, no tokenizer) over HTTP on
-127.0.0.1, one request per connection:
+A Llama-architecture model with seeded random bf16 weights kept in a
+safetensors file and loaded from it at every start, so that a cold start pays
+what a real one pays: Python and library imports, CUDA init, reading the
+weights and copying them to the GPU, building the model, a warm-up generate.
+Two engines (--engine):
+
+    static  (default) as a production engine starts: a hand-written Llama
+            forward over the loaded tensors (static_engine.py), a KV-cache
+            pool taking --gpu-memory-utilization of the GPU's memory (or
+            --kv-cache-gib), marked as scratch when gpusnap's gpushare shim
+            offers it, and decode steps replayed from a CUDA graph captured
+            at start; prefill eager
+    eager   transformers' LlamaForCausalLM and its generate(), nothing else
+
+It then answers greedy generations of one fixed prompt (fixed token ids, no
+tokenizer) over HTTP on 127.0.0.1, one request per connection:
 
     GET  /health    200 "ok" (the port is only opened once the model is warm)
     GET  /info      the server's phase timestamps, model, identity
@@ -23,6 +32,7 @@ request (HTTP/1.0, Connection: close), nothing talks to the outside.
 
     python3 server.py --model 8b --weights-dir /tmp/gpusnap-weights --prepare   # write the weights once
     python3 server.py --model 8b --weights-dir /tmp/gpusnap-weights --port 18080
+    python3 server.py --self-test --weights-dir DIR    # GPU: the static engine's checks, PASS/FAIL
 
 Only the standard library is imported at module level: argument parsing, the
 prompt and the HTTP protocol work (and are tested) without torch. `--backend
@@ -61,6 +71,18 @@ CONFIG_FILE = "config.json"
 MARKER_FILE = "gpusnap-bench.json"   # written last: its presence means the directory is complete
 FAKE_WEIGHTS_FILE = "fake-weights.bin"
 
+ENGINES = ("static", "eager")
+DEFAULT_ENGINE = "static"
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+DEFAULT_MAX_SEQ_LEN = 4096
+RMS_NORM_EPS = 1e-5
+SELF_TEST_MODELS = "tiny,1b"
+SELF_TEST_KV_GIB = 1.0
+# The gpushare shim's export that marks device memory as scratch (its bytes
+# need not survive a checkpoint: not saved, mapped again empty on restore):
+#   int NAME(uint64_t device_ptr, size_t bytes), 0 on success.
+SCRATCH_SYMBOL = "gpusnap_gpushare_mark_scratch"
+
 
 def phase(name, t):
     """One line per phase of the start, for the benchmark to read."""
@@ -86,6 +108,57 @@ def prompt_ids(n, vocab, seed=PROMPT_SEED):
     """The fixed prompt: n token ids from a seeded generator (no tokenizer)."""
     rng = random.Random(seed)
     return [rng.randrange(vocab) for _ in range(n)]
+
+
+def kv_slot_bytes(p, max_seq_len, elem=2):
+    """Bytes of one sequence of max_seq_len tokens in the KV cache, all layers, k and v."""
+    head_dim = p["hidden_size"] // p["num_attention_heads"]
+    return p["num_hidden_layers"] * 2 * p["num_key_value_heads"] * max_seq_len * head_dim * elem
+
+
+def kv_budget_bytes(total, free, utilization, kv_cache_gib=None):
+    """The KV-cache pool's budget, as a serving engine sizes it: kv_cache_gib
+    if given, else utilization × the GPU's memory minus what is in use
+    already (weights, context, other processes)."""
+    if kv_cache_gib is not None:
+        return int(kv_cache_gib * (1 << 30))
+    return int(utilization * total) - (total - free)
+
+
+def kv_plan(p, max_seq_len, budget):
+    """How many max_seq_len sequences (slots) the budget holds, and the pool's
+    shape. ValueError when not even one fits."""
+    per = kv_slot_bytes(p, max_seq_len)
+    slots = budget // per if budget > 0 else 0
+    if slots < 1:
+        raise ValueError(f"the KV-cache budget ({budget / (1 << 30):.2f} GiB) holds no sequence of "
+                         f"{max_seq_len} tokens ({per / (1 << 30):.3f} GiB): lower --max-seq-len, raise "
+                         "--gpu-memory-utilization or pass --kv-cache-gib")
+    head_dim = p["hidden_size"] // p["num_attention_heads"]
+    return {"slots": slots, "slot_bytes": per, "bytes": slots * per, "tokens": slots * max_seq_len,
+            "shape": [p["num_hidden_layers"], 2, slots, p["num_key_value_heads"], max_seq_len, head_dim]}
+
+
+def mark_scratch(regions, lib=None):
+    """Marks device memory regions [(ptr, bytes)] as scratch through the
+    gpushare shim's SCRATCH_SYMBOL, when the process has it (the shim
+    preloaded). Returns "marked", "absent" (no shim, or one without the
+    function: nothing done) or "failed: ..." (it refused one); never raises."""
+    import ctypes
+    try:
+        fn = getattr(lib if lib is not None else ctypes.CDLL(None), SCRATCH_SYMBOL)
+    except (OSError, AttributeError):
+        return "absent"
+    try:
+        fn.argtypes = [ctypes.c_uint64, ctypes.c_size_t]
+        fn.restype = ctypes.c_int
+        for ptr, n in regions:
+            rc = fn(ptr, n)
+            if rc != 0:
+                return f"failed: {SCRATCH_SYMBOL}({ptr:#x}, {n}) returned {rc}"
+    except Exception as e:  # noqa: BLE001 - reported, never fatal
+        return f"failed: {e!r}"
+    return "marked"
 
 
 def weights_spec(args):
@@ -193,6 +266,21 @@ class FakeBackend:
     def release(self):
         pass
 
+    # The static engine's steps: the phases are marked, nothing is done (the
+    # stand-in has no GPU); the flag is accepted so tests cover both rows.
+    def alloc_kv(self, model):
+        pass
+
+    def capture(self, model):
+        pass
+
+    def token_limit(self):
+        return None
+
+    def engine_info(self):
+        return {"engine": self.args.engine, "kv_pool_bytes": 0, "kv_scratch": "none", "kv_scratch_marked": False,
+                "cuda_graphs": 0}
+
     def pinned_check(self, buf):
         return None
 
@@ -203,14 +291,21 @@ class TorchBackend:
     def __init__(self, args):
         self.args = args
         self.preset = PRESETS[args.model]
+        self.kv = {}            # the static engine's pool: what /info reports
+        self.graphs = 0
+        self.capture_s = None
 
     def imports(self):
-        global torch, transformers, safetensors_torch
+        global torch, transformers, safetensors_torch, static_engine
         import torch  # noqa: F401
         import transformers  # noqa: F401
         import safetensors.torch as safetensors_torch  # noqa: F401
         # transformers imports its model code lazily: pay for it here, not in a later phase.
         from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM  # noqa: F401
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        import static_engine  # noqa: F401
         self.how = None
 
     def config(self):
@@ -225,8 +320,9 @@ class TorchBackend:
         return cfg
 
     def describe(self):
-        d = {"backend": "torch", "torch": torch.__version__, "transformers": transformers.__version__,
-             "params": param_count(self.preset), "weights_bytes": 2 * param_count(self.preset)}
+        d = {"backend": "torch", "engine": self.args.engine, "torch": torch.__version__,
+             "transformers": transformers.__version__, "params": param_count(self.preset),
+             "weights_bytes": 2 * param_count(self.preset)}
         if torch.cuda.is_available() and self.args.device.startswith("cuda"):
             d["gpu"] = torch.cuda.get_device_name(torch.device(self.args.device))
         return d
@@ -272,6 +368,57 @@ class TorchBackend:
         return safetensors_torch.load_file(os.path.join(model_dir(self.args), WEIGHTS_FILE), device=self.args.device)
 
     def build(self, sd):
+        return self.build_static(sd) if self.args.engine == "static" else self.build_eager(sd)
+
+    def build_static(self, sd):
+        """The static engine over the loaded tensors as they are (no copy)."""
+        cfg = self.config()
+        eng = static_engine.StaticLlama(sd, self.preset, self.args.device, self.args.max_seq_len,
+                                        static_engine.rope_theta(cfg), getattr(cfg, "rms_norm_eps", RMS_NORM_EPS))
+        self.how = "static"
+        info(build="static")
+        return eng
+
+    def alloc_kv(self, eng):
+        """The KV-cache pool, sized as a serving engine sizes it, in one
+        allocation; marked as scratch where the gpushare shim offers it."""
+        dev = torch.device(self.args.device)
+        torch.cuda.synchronize(dev)
+        torch.cuda.empty_cache()   # what the load left cached is free memory, not in use
+        free, total = torch.cuda.mem_get_info(dev)
+        budget = kv_budget_bytes(total, free, self.args.gpu_memory_utilization, self.args.kv_cache_gib)
+        plan = kv_plan(self.preset, self.args.max_seq_len, budget)
+        buf = eng.alloc_pool(plan["slots"])
+        nbytes = buf.numel() * buf.element_size()
+        torch.cuda.synchronize(dev)
+        status = mark_scratch([(buf.data_ptr(), nbytes)])
+        self.kv = {"kv_pool_bytes": nbytes, "kv_pool_slots": plan["slots"], "kv_pool_tokens": plan["tokens"],
+                   "kv_pool_shape": plan["shape"], "kv_budget_bytes": budget, "kv_pool_ptr": f"{buf.data_ptr():#x}",
+                   "gpu_total_bytes": total, "gpu_free_before_kv_bytes": free, "kv_scratch": status,
+                   "kv_scratch_marked": status == "marked"}
+        info(**self.kv)
+        print(f"KV-cache pool: {nbytes / (1 << 30):.2f} GiB, {plan['slots']} x {self.args.max_seq_len} tokens; "
+              f"scratch: {status}", flush=True)
+
+    def capture(self, eng):
+        t = time.time()
+        eng.capture()
+        self.capture_s = time.time() - t
+        self.graphs = 1
+        info(cuda_graphs=self.graphs, capture_s=round(self.capture_s, 6))
+
+    def token_limit(self):
+        return self.args.max_seq_len - self.args.prompt_len if self.args.engine == "static" else None
+
+    def engine_info(self):
+        d = {"engine": self.args.engine, "cuda_graphs": self.graphs}
+        if self.args.engine == "static":
+            d.update(self.kv, max_seq_len=self.args.max_seq_len, capture_s=self.capture_s)
+        else:
+            d.update(kv_pool_bytes=0, kv_scratch="none", kv_scratch_marked=False)
+        return d
+
+    def build_eager(self, sd):
         """The model around the loaded tensors: built on the meta device and
         given the tensors as they are (no second copy, no random init). Falls
         back to a plain build + copy if this transformers version leaves
@@ -329,6 +476,8 @@ class TorchBackend:
             setattr(model.get_submodule(parent_name) if parent_name else model, attr, fresh)
 
     def generate(self, model, ids, n, on_token=None):
+        if self.args.engine == "static":
+            return model.generate(ids, n, on_token)
         from transformers import GenerationConfig
         from transformers.generation.streamers import BaseStreamer
 
@@ -409,7 +558,8 @@ class State:
         seconds = time.time() - t
         self.served += 1
         ans = {"tokens": tokens, "seconds": round(seconds, 6), "served": self.served, "pid": os.getpid(),
-               "started": self.phases.get("start"), "model": self.args.model, "backend": self.backend.name}
+               "started": self.phases.get("start"), "model": self.args.model, "backend": self.backend.name,
+               "engine": self.args.engine}
         if self.pinned is not None:
             check = self.backend.pinned_check(self.pinned)
             ans["pinned_mb"] = self.args.pinned_mb
@@ -419,7 +569,7 @@ class State:
 
     def info(self):
         return {"phases": self.phases, "model": self.args.model, "backend": self.backend.name,
-                "prompt": self.prompt, "max_new_tokens": self.args.max_new_tokens, "served": self.served,
+                **self.backend.engine_info(), "prompt": self.prompt, "max_new_tokens": self.args.max_new_tokens, "served": self.served,
                 "pid": os.getpid(), "pinned_mb": self.args.pinned_mb, **self.extra}
 
 
@@ -482,6 +632,10 @@ def make_handler(state):
                     n = parse_max_new_tokens(self.path, body, state.args.max_new_tokens)
                 except ValueError as e:
                     return self.reply(400, {"error": str(e)})
+                limit = state.backend.token_limit()
+                if limit is not None and n > limit:
+                    return self.reply(400, {"error": f"max_new_tokens {n} exceeds {limit} (--max-seq-len "
+                                                     f"{state.args.max_seq_len} less the prompt)"})
                 if wants_stream(self.path, body):
                     return self.stream(n)
                 try:
@@ -542,7 +696,7 @@ def parse_args(argv=None):
     p.add_argument("--prepare", action="store_true", help="write the weights if missing, then exit")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=18080)
-    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default 32 (64 with --self-test)")
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--pinned-mb", type=int, default=0, help="also hold a pinned host buffer of this size")
     p.add_argument("--device", default="cuda")
@@ -550,12 +704,99 @@ def parse_args(argv=None):
     p.add_argument("--backend", choices=["torch", "fake"], default="torch",
                    help="fake: a CPU stand-in with the same protocol, for tests without a GPU")
     p.add_argument("--fake-mb", type=int, default=64, help="fake backend: size of its 'weights'")
+    p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
+                   help="static: KV-cache pool + CUDA-graph decode (hand-written forward); eager: transformers' "
+                        "generate (the fake backend accepts both)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help=f"static: the share of the GPU's memory the server may hold, the KV-cache pool taking "
+                        f"what weights and context leave of it (default {DEFAULT_GPU_MEMORY_UTILIZATION})")
+    p.add_argument("--kv-cache-gib", type=float, default=None,
+                   help="static: a KV-cache pool of this size instead")
+    p.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN,
+                   help="static: tokens of one sequence in the cache (prompt + new tokens)")
+    p.add_argument("--self-test", action="store_true",
+                   help="GPU: check the static engine (graph replay against the same decode run eagerly, and "
+                        "against transformers) for --self-test-models; PASS/FAIL, exit 0/1")
+    p.add_argument("--self-test-models", default=SELF_TEST_MODELS, help="comma-separated presets")
     a = p.parse_args(argv)
+    if a.max_new_tokens is None:
+        a.max_new_tokens = 64 if a.self_test else 32
     if a.port < 0 or a.port > 65535:
         p.error("--port out of range")
     if a.max_new_tokens < 1 or a.prompt_len < 1 or a.pinned_mb < 0 or a.fake_mb < 1:
         p.error("--max-new-tokens, --prompt-len and --fake-mb must be positive, --pinned-mb not negative")
+    if a.gpu_memory_utilization is not None and a.kv_cache_gib is not None:
+        p.error("--gpu-memory-utilization and --kv-cache-gib exclude each other")
+    a.kv_sized = a.kv_cache_gib is not None or a.gpu_memory_utilization is not None   # given, not defaulted
+    if a.kv_cache_gib is None and a.gpu_memory_utilization is None:
+        a.gpu_memory_utilization = DEFAULT_GPU_MEMORY_UTILIZATION
+    if a.gpu_memory_utilization is not None and not 0 < a.gpu_memory_utilization <= 1:
+        p.error("--gpu-memory-utilization must be in (0, 1]")
+    if a.kv_cache_gib is not None and not a.kv_cache_gib > 0:
+        p.error("--kv-cache-gib must be positive")
+    if a.max_seq_len < 16 or a.max_seq_len % 16:
+        p.error("--max-seq-len must be a positive multiple of 16")
+    if a.engine == "static" and a.prompt_len + a.max_new_tokens > a.max_seq_len:
+        p.error("--prompt-len + --max-new-tokens exceed --max-seq-len")
+    models = a.self_test_models.split(",")
+    if any(m not in PRESETS for m in models):
+        p.error(f"--self-test-models: each of {', '.join(sorted(PRESETS))}")
+    a.self_test_models = models
+    if a.self_test and a.backend != "torch":
+        p.error("--self-test needs the torch backend")
     return a
+
+
+def self_test(args):
+    """The static engine's checks on the GPU, per model of --self-test-models:
+    graph replay == the same decode run eagerly (token for token), the same
+    tokens again with the pool filled with NaN first, and its logits against
+    transformers' LlamaForCausalLM over the same weights. Prints
+    `SELFTEST <model> <check> PASS|FAIL: detail`, then `SELFTEST PASS` or
+    `SELFTEST FAIL`; returns the exit status."""
+    import copy
+    import gc
+    import traceback
+    failed = []
+    for m in args.self_test_models:
+        a = copy.copy(args)
+        a.model, a.engine = m, "static"
+        if not args.kv_sized:
+            a.kv_cache_gib, a.gpu_memory_utilization = SELF_TEST_KV_GIB, None   # quick; the 8b check sizes it
+        b = TorchBackend(a)
+        eng = model = sd = None
+        try:
+            b.imports()
+            if not weights_present(a):
+                print(f"SELFTEST {m}: preparing the weights in {model_dir(a)}", flush=True)
+                b.prepare()
+            b.init_device()
+            sd = b.load()
+            eng = b.build_static(sd)
+            b.alloc_kv(eng)
+            b.capture(eng)
+            model = b.build_eager(sd)
+            vocab = PRESETS[m]["vocab_size"]
+            res = static_engine.self_test_model(eng, model, prompt_ids(a.prompt_len, vocab), a.max_new_tokens,
+                                                lambda line: print(f"SELFTEST {m} {line}", flush=True))
+            for check, (ok, detail) in res.items():
+                print(f"SELFTEST {m} {check} {'PASS' if ok else 'FAIL'}: {detail}", flush=True)
+                if not ok:
+                    failed.append(f"{m} {check}")
+            print(f"SELFTEST {m} {'PASS' if not any(f.startswith(m + ' ') for f in failed) else 'FAIL'} "
+                  f"(capture {b.capture_s:.3f} s, pool {b.kv['kv_pool_bytes'] / (1 << 30):.2f} GiB, "
+                  f"scratch {b.kv['kv_scratch']})", flush=True)
+        except Exception:  # noqa: BLE001 - reported as a failure of this model
+            traceback.print_exc()
+            print(f"SELFTEST {m} FAIL: an exception (above)", flush=True)
+            failed.append(f"{m} exception")
+        finally:
+            del eng, model, sd
+            gc.collect()
+            if "torch" in globals() and torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    print("SELFTEST " + ("PASS" if not failed else "FAIL: " + ", ".join(failed)), flush=True)
+    return 0 if not failed else 1
 
 
 def main(argv=None):
@@ -570,6 +811,8 @@ def main(argv=None):
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if args.self_test:
+        return self_test(args)
     backend = (FakeBackend if args.backend == "fake" else TorchBackend)(args)
     backend.imports()
     mark("imports")
@@ -591,6 +834,11 @@ def main(argv=None):
     del sd
     backend.release()
     mark("model")
+    if args.engine == "static":
+        backend.alloc_kv(model)
+        mark("kvcache")
+        backend.capture(model)
+        mark("capture")
     state = State(backend, model, args, phases, {})
     state.pinned = backend.pinned(args.pinned_mb)
     state.pinned_ref = backend.pinned_check(state.pinned)
@@ -601,7 +849,7 @@ def main(argv=None):
     mark("warmup")
     httpd = Server((args.host, args.port), make_handler(state))
     state.extra["port"] = httpd.server_address[1]
-    info(port=httpd.server_address[1], **backend.describe())
+    info(**{**backend.describe(), **backend.engine_info(), "port": httpd.server_address[1]})
     mark("ready")
     httpd.serve_forever()
     return 0

@@ -27,6 +27,23 @@ import server  # noqa: E402
 
 GPUSNAP = os.environ.get("GPUSNAP_BIN", os.path.join(HERE, "..", "build", "gpusnap"))
 
+try:
+    import torch  # noqa: F401
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+
+class quiet_stderr:
+    """argparse's usage and error on stderr, out of the test output."""
+
+    def __enter__(self):
+        self.saved, sys.stderr = sys.stderr, open(os.devnull, "w")
+
+    def __exit__(self, *exc):
+        sys.stderr.close()
+        sys.stderr = self.saved
+
 
 def answer(tokens, served, started=100.0, **kw):
     return {"tokens": tokens, "served": served, "started": started, "seconds": 0.1, **kw}
@@ -53,6 +70,66 @@ class Pure(unittest.TestCase):
             server.parse_args(["--model", "70b"])
         with self.assertRaises(SystemExit):
             server.parse_args(["--max-new-tokens", "0"])
+
+    def test_engine_args(self):
+        a = server.parse_args([])
+        self.assertEqual((a.engine, a.gpu_memory_utilization, a.kv_cache_gib, a.max_seq_len, a.kv_sized),
+                         ("static", 0.9, None, 4096, False))
+        self.assertEqual(server.parse_args(["--engine", "eager"]).engine, "eager")
+        self.assertEqual(server.parse_args(["--backend", "fake", "--engine", "eager"]).engine, "eager")
+        a = server.parse_args(["--kv-cache-gib", "2.5"])
+        self.assertEqual((a.kv_cache_gib, a.gpu_memory_utilization, a.kv_sized), (2.5, None, True))
+        self.assertEqual(server.parse_args(["--gpu-memory-utilization", "0.5"]).gpu_memory_utilization, 0.5)
+        # Prompt + answer beyond the static cache: refused for static, fine for eager.
+        self.assertEqual(server.parse_args(["--engine", "eager", "--max-seq-len", "32", "--max-new-tokens", "64"])
+                         .max_seq_len, 32)
+        a = server.parse_args(["--self-test"])
+        self.assertEqual((a.max_new_tokens, a.self_test_models), (64, ["tiny", "1b"]))
+        for bad in (["--engine", "vllm"], ["--gpu-memory-utilization", "0"], ["--gpu-memory-utilization", "1.5"],
+                    ["--kv-cache-gib", "0"], ["--kv-cache-gib", "1", "--gpu-memory-utilization", "0.5"],
+                    ["--max-seq-len", "100"], ["--max-seq-len", "32", "--max-new-tokens", "8"],
+                    ["--self-test", "--backend", "fake"], ["--self-test-models", "tiny,70b"]):
+            with self.assertRaises(SystemExit, msg=bad), quiet_stderr():
+                server.parse_args(bad)
+
+    def test_kv_pool_is_sized_as_a_serving_engine_sizes_it(self):
+        p8 = server.PRESETS["8b"]
+        self.assertEqual(server.kv_slot_bytes(p8, 4096), 512 << 20)   # 32 layers x k,v x 8 heads x 128 x bf16
+        gib = 1 << 30
+        # 0.9 of 140 GiB, less the 20 GiB in use (weights, context): 106 GiB.
+        self.assertEqual(server.kv_budget_bytes(140 * gib, 120 * gib, 0.9), 106 * gib)
+        self.assertEqual(server.kv_budget_bytes(140 * gib, 120 * gib, 0.9, kv_cache_gib=1.5), 3 * gib // 2)
+        plan = server.kv_plan(p8, 4096, 106 * gib + 5)
+        self.assertEqual(plan["slots"], 212)
+        self.assertEqual(plan["bytes"], 106 * gib)
+        self.assertEqual(plan["tokens"], 212 * 4096)
+        self.assertEqual(plan["shape"], [32, 2, 212, 8, 4096, 128])
+        self.assertEqual(server.kv_plan(server.PRESETS["tiny"], 4096, 1 * gib)["shape"], [2, 2, 256, 2, 4096, 64])
+        for budget in (0, -5 * gib, (512 << 20) - 1):
+            with self.assertRaises(ValueError):
+                server.kv_plan(p8, 4096, budget)
+
+    def test_mark_scratch_calls_the_shims_function_when_there_is_one(self):
+        # This process has no shim: nothing to call, and no failure.
+        self.assertEqual(server.mark_scratch([(0x7000000000, 1 << 30)]), "absent")
+
+        class Lib:
+            def __init__(self, rc=0):
+                self.calls, self.rc = [], rc
+                lib = self
+
+                def fn(ptr, n):
+                    lib.calls.append((ptr, n))
+                    return lib.rc
+                setattr(self, server.SCRATCH_SYMBOL, fn)
+
+        lib = Lib()
+        self.assertEqual(server.mark_scratch([(1, 2), (3, 4)], lib), "marked")
+        self.assertEqual(lib.calls, [(1, 2), (3, 4)])
+        import ctypes
+        self.assertEqual(getattr(lib, server.SCRATCH_SYMBOL).argtypes, [ctypes.c_uint64, ctypes.c_size_t])
+        self.assertIn("returned -22", server.mark_scratch([(1, 2)], Lib(rc=-22)))
+        self.assertEqual(server.mark_scratch([(1, 2)], object()), "absent")
 
     def test_max_new_tokens_from_query_or_body(self):
         f = server.parse_max_new_tokens
@@ -109,6 +186,62 @@ class Pure(unittest.TestCase):
         text = "PHASE start 10.0\nnoise\nPHASE imports 12.5\nPHASE bad x\nPHASE ready 20\nPHASE start 99\n"
         self.assertEqual(benchlib.parse_phase_lines(text), {"start": 10.0, "imports": 12.5, "ready": 20.0})
         self.assertEqual(benchlib.parse_info_lines('INFO {"a": 1}\nINFO {"b": 2}\nINFO nope\n'), {"a": 1, "b": 2})
+
+    def test_static_engine_phases_are_intervals_of_the_cold_start(self):
+        names = [n for n, _ in benchlib.COLD_PHASES]
+        self.assertLess(names.index("model"), names.index("kvcache"))
+        self.assertLess(names.index("kvcache"), names.index("capture"))
+        self.assertLess(names.index("capture"), names.index("warmup"))
+        phases = {"start": 1.0, "model": 2.0, "kvcache": 2.5, "capture": 4.0, "warmup": 4.5, "ready": 4.6}
+        iv = dict(benchlib.cold_intervals(phases, 1.0, 5.0))
+        self.assertEqual(iv["KV-cache pool allocated"], 0.5)
+        self.assertEqual(iv["CUDA graph captured"], 1.5)
+
+    def test_engine_text(self):
+        self.assertEqual(benchlib.engine_text({"engine": "eager"}), "eager")
+        self.assertEqual(benchlib.engine_text({"engine": "static", "kv_pool_bytes": 100 << 30, "kv_scratch": "marked",
+                                               "cuda_graphs": 1}),
+                         "static (KV-cache pool 100.0 GiB, scratch marked, 1 CUDA graph)")
+        self.assertEqual(benchlib.engine_text({}), "")
+        self.assertEqual(benchlib.engine_text(None), "")
+
+    def test_side_by_side_has_a_column_per_engine(self):
+        runs = {}
+        for e, cold, r in (("static", 30.0, 3.0), ("eager", 20.0, 2.5)):
+            res = benchlib.assemble(self.files(cold=cold, restores=(r,)))
+            res["meta"]["max_new_tokens"] = 32
+            res["cold_start"]["server"] = {"engine": e}
+            res["cycles"][0]["restore"]["full_answer_s"] = r + 0.31
+            runs[e] = res
+        runs["eager"]["ok"], runs["eager"]["error"] = False, "boom"
+        lines = benchlib.side_by_side(runs).splitlines()
+        self.assertEqual(lines[0], "| | static | eager |")
+        self.assertIn("| cold start → first token | 30.00 | 20.00 |", lines)
+        self.assertIn("| restore, page cache → first token | 3.00 (10.0x faster) | 2.50 (8.0x faster) |", lines)
+        self.assertIn("|   ↳ ms a token after the first | 10.0 | 10.0 |", lines)
+        self.assertIn("| checkpoint | 9.00 (18.0 GiB) | 9.00 (18.0 GiB) |", lines)
+        self.assertIn("| result | ok | FAILED: boom |", lines)
+        self.assertTrue(all(line.count("|") == 4 for line in lines))
+
+    def test_combine_command(self):
+        d = tempfile.mkdtemp()
+        try:
+            benchlib.save(os.path.join(d, "s.json"), {**benchlib.assemble(self.files()), "ok": True})
+            out = os.path.join(d, "all.json")
+            with open(os.devnull, "w") as null:
+                stdout, sys.stdout = sys.stdout, null
+                try:
+                    self.assertEqual(benchlib.main(["combine", "--out", out, "static=" + os.path.join(d, "s.json")]), 0)
+                    res = benchlib.load(out)
+                    self.assertTrue(res["ok"])
+                    self.assertEqual(res["summary"]["static"]["cold_start_s"], 40.0)
+                    self.assertEqual(benchlib.main(["combine", "--out", out, "static=" + os.path.join(d, "s.json"),
+                                                    "eager=" + os.path.join(d, "none.json")]), 1)
+                finally:
+                    sys.stdout = stdout
+            self.assertFalse(benchlib.load(out)["ok"])
+        finally:
+            shutil.rmtree(d)
 
     def test_cold_intervals_chain_from_launch_to_first_answer(self):
         phases = {"start": 1.5, "imports": 5.0, "device": 5.5, "weights": 9.0, "model": 9.2, "warmup": 10.0,
@@ -297,8 +430,32 @@ class Protocol(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertEqual(info["prompt"], server.prompt_ids(32, server.PRESETS["tiny"]["vocab_size"]))
         self.assertEqual(set(info["phases"]) >= {"start", "imports", "weights", "warmup", "ready"}, True)
+        # The default engine: static (the fake marks its phases, holds no pool, captures nothing).
+        self.assertEqual((info["engine"], info["cuda_graphs"], info["kv_pool_bytes"]), ("static", 0, 0))
+        self.assertLess(info["phases"]["model"], info["phases"]["kvcache"])
+        self.assertLessEqual(info["phases"]["kvcache"], info["phases"]["capture"])
         self.assertEqual(client.request("127.0.0.1", self.port, "GET", "/nope")[0], 404)
         self.assertEqual(client.request("127.0.0.1", self.port, "POST", "/generate", body=b"[")[0], 400)
+
+    def test_the_eager_engine_serves_the_same_protocol(self):
+        port = int(subprocess.check_output([sys.executable, os.path.join(HERE, "benchlib.py"), "free-port"]))
+        args = ["--backend", "fake", "--fake-mb", "1", "--model", "tiny", "--weights-dir", self.tmp,
+                "--port", str(port), "--max-new-tokens", "8", "--engine", "eager"]
+        proc = subprocess.Popen([sys.executable, "-u", os.path.join(HERE, "server.py"), *args],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            r = subprocess.run([sys.executable, os.path.join(HERE, "client.py"), "--port", str(port), "--stream",
+                                "--exec", "--", "true"], capture_output=True, text=True, timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            ans = json.loads(r.stdout)["answer"]
+            self.assertEqual(ans["engine"], "eager")
+            self.assertEqual(ans["tokens"], json.loads(self.client().stdout)["tokens"])  # the fake: same either way
+            info = json.loads(client.request("127.0.0.1", port, "GET", "/info")[1])
+            self.assertEqual(info["engine"], "eager")
+            self.assertNotIn("capture", info["phases"])
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
     def test_no_server_means_a_quick_clear_failure(self):
         port = subprocess.check_output([sys.executable, os.path.join(HERE, "benchlib.py"), "free-port"]).strip()
@@ -308,6 +465,67 @@ class Protocol(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("no healthy answer", r.stderr)
         self.assertLess(time.time() - t, 10)
+
+
+class RunBenchOptions(unittest.TestCase):
+    """run_bench.sh refuses bad engine options before it starts anything."""
+
+    def run_bench(self, *args):
+        return subprocess.run(["bash", os.path.join(HERE, "run_bench.sh"), *args], capture_output=True, text=True,
+                              timeout=60)
+
+    def test_bad_engine_options_are_refused(self):
+        for args, msg in ((["--engine", "vllm"], "takes static or eager, not 'vllm'"),
+                          (["--engines", "static,bogus"], "not 'bogus'"),
+                          (["--engine", "static", "--engines", "eager"], "exclude each other"),
+                          (["--engines", "static,static"], "names an engine twice"),
+                          (["--gpu-memory-utilization", "2"], "must be in (0, 1]"),
+                          (["--kv-cache-gib", "x"], "number of GiB"),
+                          (["--kv-cache-gib", "4", "--gpu-memory-utilization", ".5"], "exclude each other")):
+            r = self.run_bench(*args)
+            self.assertEqual(r.returncode, 2, (args, r.stderr))
+            self.assertIn(msg, r.stderr, args)
+        self.assertIn("--engines E1,E2", self.run_bench("--help").stdout)
+
+
+@unittest.skipUnless(HAVE_TORCH, "needs torch")
+class StaticEngineMath(unittest.TestCase):
+    """static_engine's decode (cached K/V, one token at a time) against its own
+    prefill of the whole sequence, on the CPU in float32 (no graphs)."""
+
+    def test_decode_matches_a_full_prefill(self):
+        import torch
+        import static_engine
+        p = server.PRESETS["tiny"]
+        g = torch.Generator().manual_seed(1)
+        sd = {n: (torch.ones(s) if n.endswith("norm.weight") else torch.randn(s, generator=g) * 0.02)
+              for n, s in self.shapes(p).items()}
+        eng = static_engine.StaticLlama(sd, p, "cpu", 64, 10000.0, 1e-5)
+        eng.alloc_pool(1)
+        ids = server.prompt_ids(8, p["vocab_size"])
+        rec = []
+        toks = eng.generate(ids, 6, use_graph=False, record=rec)
+        self.assertEqual(len(toks), 6)
+        for i in range(1, 6):   # the logits of token i, from a prefill of everything before it
+            full = eng.prefill(torch.tensor(ids + toks[:i], dtype=torch.long))[0]
+            self.assertGreater(float(torch.nn.functional.cosine_similarity(full, rec[i], dim=0)), 0.9999)
+            self.assertEqual(int(full.argmax()), toks[i])
+        eng.pool_buf.fill_(float("nan"))
+        self.assertEqual(eng.generate(ids, 6, use_graph=False), toks)
+
+    @staticmethod
+    def shapes(p):
+        h, inter, vocab, kvd = (p["hidden_size"], p["intermediate_size"], p["vocab_size"],
+                                p["num_key_value_heads"] * p["hidden_size"] // p["num_attention_heads"])
+        s = {"model.embed_tokens.weight": (vocab, h), "model.norm.weight": (h,), "lm_head.weight": (vocab, h)}
+        for i in range(p["num_hidden_layers"]):
+            pre = f"model.layers.{i}."
+            s.update({pre + "self_attn.q_proj.weight": (h, h), pre + "self_attn.k_proj.weight": (kvd, h),
+                      pre + "self_attn.v_proj.weight": (kvd, h), pre + "self_attn.o_proj.weight": (h, h),
+                      pre + "mlp.gate_proj.weight": (inter, h), pre + "mlp.up_proj.weight": (inter, h),
+                      pre + "mlp.down_proj.weight": (h, inter), pre + "input_layernorm.weight": (h,),
+                      pre + "post_attention_layernorm.weight": (h,)})
+        return s
 
 
 @unittest.skipUnless(os.geteuid() == 0 and os.access(GPUSNAP, os.X_OK), "needs root and a built gpusnap")
@@ -360,6 +578,41 @@ class UnderGpusnap(unittest.TestCase):
                                  capture_output=True, text=True, env=env)
             self.assertEqual(bad.returncode, 2)
             self.assertIn("--thp-even takes always, madvise or never", bad.stderr)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_engines_side_by_side(self):
+        tmp = tempfile.mkdtemp(prefix="gpusnap-bench-engines-")
+        try:
+            out = os.path.join(tmp, "bench.json")
+            env = {k: v for k, v in os.environ.items() if k not in ("GPUSNAP_STORE", "OUT")}
+            r = subprocess.run(["bash", os.path.join(HERE, "run_bench.sh"), "--backend", "fake", "--model", "tiny",
+                                "--gpusnap", GPUSNAP, "--work-dir", os.path.join(tmp, "work"), "--weights-dir",
+                                os.path.join(tmp, "weights"), "--out", out, "--no-drop-caches",
+                                "--engines", "static,eager"], capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            res = benchlib.load(out)
+            self.assertTrue(res["ok"])
+            self.assertEqual(sorted(res["engines"]), ["eager", "static"])
+            for e, run in res["engines"].items():
+                self.assertTrue(run["ok"], e)
+                self.assertEqual(run["meta"]["engine"], e)
+                self.assertEqual(run["cold_start"]["server"]["engine"], e)     # the server ran with it
+                self.assertEqual(run["cold_start"]["answer"]["engine"], e)
+                self.assertEqual(run["cycles"][0]["restore"]["answer"]["tokens"], run["cold_start"]["answer"]["tokens"])
+            phases = [iv["phase"] for iv in res["engines"]["static"]["cold_start"]["intervals"]]
+            self.assertIn("CUDA graph captured", phases)
+            self.assertNotIn("CUDA graph captured",
+                             [iv["phase"] for iv in res["engines"]["eager"]["cold_start"]["intervals"]])
+            self.assertIn("| | static | eager |", r.stdout)
+            self.assertIn("== engine eager: ", r.stdout)
+            # Each engine's run left nothing behind.
+            for e in ("static", "eager"):
+                genv = dict(env, GPUSNAP_STORE=os.path.join(tmp, "work", f"engine-{e}", "store"),
+                            GPUSNAP_RUN_DIR=os.path.join(tmp, "work", f"engine-{e}", "run"))
+                ps = json.loads(subprocess.check_output([GPUSNAP, "--json", "ps"], env=genv))
+                self.assertFalse([w for w in ps if w["running"]])
+                self.assertEqual(json.loads(subprocess.check_output([GPUSNAP, "--json", "ls"], env=genv)), [])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
