@@ -24,15 +24,20 @@ def cuda_memory(mib):
     import torch
     g = torch.Generator(device="cuda")
     g.manual_seed(SEED)
-    t = torch.randint(-2**31, 2**31 - 1, (mib << 18,), dtype=torch.int32, device="cuda", generator=g)
+    t = torch.empty(mib << 18, dtype=torch.int32, device="cuda")
+    t.random_(-2**31, 2**31 - 1, generator=g)
     torch.cuda.synchronize()
 
     def checksum():
-        # Exact: int64 sums of int32 values, folded with positions so that a
-        # moved block is caught too.
-        s = t.to(torch.int64).sum().item()
-        w = (t[:: 4096].to(torch.int64) * torch.arange(1, t[:: 4096].numel() + 1, device="cuda")).sum().item()
-        return f"{s}:{w}"
+        # Exact: int64 sums of int32 values, block by block (a whole-tensor
+        # int64 copy would double what the process holds), folded with the
+        # block's position so that a moved block is caught too.
+        total, step = 0, 64 << 20
+        for i, off in enumerate(range(0, t.numel(), step)):
+            total += (i + 1) * t[off:off + step].to(torch.int64).sum().item()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()   # hold the N MiB, not the temporaries
+        return str(total)
     return checksum
 
 

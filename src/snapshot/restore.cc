@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -77,6 +78,7 @@ struct RestoreRun {
   std::string dir;  // the snapshot's files: in the store, or the pull's staging (read beside by the digests)
   SnapshotMeta meta;
   std::future<Timed<Status>> digests;  // a GPU snapshot's, checked beside CRIU
+  std::atomic<bool> criu_done{false};   // the digests' pace: until then they follow CRIU's reads
   std::shared_ptr<cuda::Driver> driver;  // shared: a driver call that never returns keeps it alive past ours
   cuda::GpuMap gpu_map;
   std::optional<control::ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
@@ -84,6 +86,10 @@ struct RestoreRun {
   ns::SpawnedReaper reaper;
   bool into_container = false;
   std::vector<control::ShimProcess> held_shims;  // gpushare: loaded, their work held until the tree goes
+
+  // A restore that ends before CRIU has run lets the digests read at once:
+  // the future's destructor waits for them.
+  ~RestoreRun() { criu_done = true; }
 
   std::set<std::string> Arriving() const { return pull ? pull->arriving() : std::set<std::string>(); }
 
@@ -148,7 +154,11 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   // before CRIU starts.
   bool verify_alongside = meta.gpu.has_value();
   if (verify_alongside) {
-    run.digests = Beside([&store, &meta, &run] { return store.Verify(meta, run.dir); });
+    // CRIU sets the pace: it reads the images once from disk, in its order,
+    // on cores of its own, and the digests follow it through the page cache.
+    run.digests = Beside([&store, &meta, &run] {
+      return store.Verify(meta, run.dir, {.spare_cores = 2, .reader_done = [&run] { return run.criu_done.load(); }});
+    });
   } else {
     GPUSNAP_RETURN_IF_ERROR(store.Verify(meta, run.dir).Wrap("refusing to restore"));
   }
@@ -242,6 +252,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   op.join_cgroups = join_cgroups;
   result.log = op.log_path;
   auto resp = criu::Run(op);
+  run.criu_done = true;
   if (huge_pages) {
     // The host's mode back as soon as CRIU is done: a failure to is told, not the restore's.
     if (Status closed = huge_pages->Close(); !closed.ok() && options.progress)

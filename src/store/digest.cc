@@ -1,14 +1,17 @@
 #include "store/digest.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "store/snapshot_tree.h"
 #include "util/fd.h"
@@ -34,11 +37,31 @@ struct Task {
   size_t chunk;
 };
 
+// Waits, while the reader runs, for the page cache to hold a block.
+void AwaitReader(const DigestPace& pace, int fd, uint64_t off, uint64_t n) {
+  if (!pace.reader_done) return;
+  while (!pace.reader_done() && !PageCacheHolds(fd, off, n)) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
 }  // namespace
 
+bool PageCacheHolds(int fd, uint64_t offset, uint64_t length) {
+  if (length == 0) return true;
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t start = offset / page * page;
+  size_t span = static_cast<size_t>(offset + length - start);
+  void* map = ::mmap(nullptr, span, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+  if (map == MAP_FAILED) return false;
+  std::vector<unsigned char> resident((span + page - 1) / page);
+  bool all = ::mincore(map, span, resident.data()) == 0 &&
+             std::all_of(resident.begin(), resident.end(), [](unsigned char r) { return (r & 1) != 0; });
+  ::munmap(map, span);
+  return all;
+}
 
 Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, const std::vector<std::string>& names,
-                                                      bool sync, unsigned threads, uint64_t chunk_bytes) {
+                                                      bool sync, unsigned threads, uint64_t chunk_bytes,
+                                                      const DigestPace& pace) {
   std::vector<File> files(names.size());
   std::vector<Task> tasks;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -75,7 +98,9 @@ Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, c
       if (sync && tasks[t].chunk == 0 && ::fsync(f.fd.get()) != 0) st = Status::Errno(errno, "syncing `{}`", f.name);
       Sha256 h;
       while (st.ok() && off < end) {
-        ssize_t r = ::pread(f.fd.get(), buf.data(), std::min<uint64_t>(buf.size(), end - off), static_cast<off_t>(off));
+        uint64_t want = std::min<uint64_t>(buf.size(), end - off);
+        AwaitReader(pace, f.fd.get(), off, want);
+        ssize_t r = ::pread(f.fd.get(), buf.data(), want, static_cast<off_t>(off));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
           st = r < 0 ? Status::Errno(errno, "reading `{}`", f.name)
@@ -92,7 +117,8 @@ Result<std::map<std::string, FileDigest>> DigestFiles(const std::string& root, c
       f.chunks[tasks[t].chunk] = h.Final();
     }
   };
-  unsigned n = threads ? threads : std::max(1u, std::thread::hardware_concurrency());
+  unsigned cores = std::thread::hardware_concurrency();
+  unsigned n = threads ? threads : (cores > pace.spare_cores ? cores - pace.spare_cores : 1u);
   n = static_cast<unsigned>(std::min<size_t>(n, std::max<size_t>(1, tasks.size())));
   std::vector<std::thread> pool;
   for (unsigned i = 1; i < n; ++i) pool.emplace_back(work);

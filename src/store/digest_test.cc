@@ -6,6 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+
 #include "util/files.h"
 #include "util/temp_dir_testing.h"
 
@@ -87,6 +92,75 @@ TEST_F(DigestTest, FifoIsRefusedWithoutBlocking) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status)) << "the digest blocked on the FIFO (status " << status << ")";
   EXPECT_EQ(WEXITSTATUS(status), 0) << "not refused as a FIFO";
+}
+
+// Writes `bytes` of a pattern, synced, then asks the kernel to drop the file
+// from the page cache; false where it keeps it anyway (tmpfs).
+bool WriteUncached(const std::string& path, size_t bytes) {
+  std::string data(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) data[i] = static_cast<char>(i * 131 + 7);
+  if (!WriteFileSynced(path, data).ok()) return false;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  bool dropped = !PageCacheHolds(fd, 0, bytes);
+  ::close(fd);
+  return dropped;
+}
+
+void ReadAll(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  char buf[1 << 16];
+  while (::read(fd, buf, sizeof buf) > 0) {
+  }
+  ::close(fd);
+}
+
+TEST_F(DigestTest, PacedDigestFollowsTheReaderThroughThePageCache) {
+  std::string path = root_ + "/image";
+  if (!WriteUncached(path, 8 << 20)) GTEST_SKIP() << "SKIPPED: this filesystem keeps the file in the page cache";
+  auto plain = DigestFiles(root_, {"image"}, false);
+  ASSERT_TRUE(plain.ok());
+  ASSERT_TRUE(WriteUncached(path, 8 << 20));
+
+  std::atomic<bool> reader_done{false};
+  auto paced = std::async(std::launch::async, [&] {
+    return DigestFiles(root_, {"image"}, false, 0, kDigestChunkBytes,
+                       {.spare_cores = 1, .reader_done = [&] { return reader_done.load(); }});
+  });
+  // Nothing cached, the reader still running: the digest waits, reading nothing.
+  EXPECT_EQ(paced.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_FALSE(PageCacheHolds(fd, 0, 8 << 20)) << "the waiting digest read the file itself";
+  // The reader reads the file: the digest follows, though the reader never says it is done.
+  ReadAll(path);
+  EXPECT_TRUE(PageCacheHolds(fd, 0, 8 << 20));
+  ::close(fd);
+  ASSERT_EQ(paced.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  auto got = paced.get();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->at("image").sha256, plain->at("image").sha256);
+}
+
+TEST_F(DigestTest, PacedDigestReadsTheRestOnceTheReaderIsDone) {
+  std::string path = root_ + "/image";
+  if (!WriteUncached(path, 8 << 20)) GTEST_SKIP() << "SKIPPED: this filesystem keeps the file in the page cache";
+  std::atomic<bool> reader_done{false};
+  auto paced = std::async(std::launch::async, [&] {
+    return DigestFiles(root_, {"image", "abc"}, false, 0, kDigestChunkBytes,
+                       {.spare_cores = 0, .reader_done = [&] { return reader_done.load(); }});
+  });
+  EXPECT_EQ(paced.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  reader_done = true;  // a reader that never read the file (a file CRIU does not read)
+  ASSERT_EQ(paced.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  auto got = paced.get();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->at("image").size, 8u << 20);
+  EXPECT_EQ(got->at("abc").sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(PageCacheHoldsTest, EmptyRangeAndBadFd) {
+  EXPECT_TRUE(PageCacheHolds(-1, 0, 0));
+  EXPECT_FALSE(PageCacheHolds(-1, 0, 4096));
 }
 
 }  // namespace

@@ -191,13 +191,13 @@ Result<std::vector<SnapshotMeta>> Store::List(std::vector<std::string>* warnings
   return out;
 }
 
-Status Store::Verify(const SnapshotMeta& meta, const std::string& at) const {
+Status Store::Verify(const SnapshotMeta& meta, const std::string& at, const DigestPace& pace) const {
   std::string dir = at.empty() ? SnapshotDir(meta.id) : at;
   auto context = fmt::format("snapshot `{}`", meta.id);
   auto names = CheckedFiles(dir, &meta.files);
   if (!names.ok()) return names.status().Wrap(context);
   GPUSNAP_ASSIGN_OR_RETURN(uint64_t chunk_bytes, DigestChunkBytes(meta.digest));
-  auto actual = DigestFiles(dir, *names, /*sync=*/false, 0, chunk_bytes);
+  auto actual = DigestFiles(dir, *names, /*sync=*/false, 0, chunk_bytes, pace);
   if (!actual.ok()) return actual.status().Wrap(context);
   for (const auto& [name, want] : meta.files) {
     const FileDigest& got = actual->at(name);

@@ -20,6 +20,7 @@
 
 #include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
+#include "store/digest.h"
 #include "util/fd.h"
 
 namespace gpusnap {
@@ -63,8 +64,9 @@ class Store {
   // naming the first entry that differs (and its type, when it is not a
   // regular file).
   // `dir`: the snapshot's directory when it is not (yet) in the store (a
-  // pull's staging); empty: SnapshotDir(meta.id).
-  Status Verify(const SnapshotMeta& meta, const std::string& dir = "") const;
+  // pull's staging); empty: SnapshotDir(meta.id). `pace`: beside a reader
+  // of the same files (store/digest.h).
+  Status Verify(const SnapshotMeta& meta, const std::string& dir = "", const DigestPace& pace = {}) const;
 
   // How long Remove waits for the checkpoint that wrote a snapshot to finish.
   static constexpr int kRemoveWaitMs = 60 * 1000;
