@@ -9,12 +9,16 @@
 //    (gpu/processes.h). Undone by restoring and unlocking them.
 // 5. CRIU dumps the tree from inside its namespace. At its post-dump
 //    notification, while the tree is still frozen, publish the snapshot
-//    (digests, fsync, rename). Only after we answer does CRIU kill the tree
-//    (or, with --leave-running, resume it); a failure or a crash before that
-//    answer makes CRIU resume it: the source is never lost, and no half
-//    snapshot is ever visible.
+//    (digests, fsync, rename). Only after we answer does CRIU kill the tree;
+//    a failure or a crash before that answer makes CRIU resume it: the
+//    source is never lost, and no half snapshot is ever visible. With
+//    --leave-running the source is not killed, so nothing waits for the
+//    publish: CRIU resumes the tree as soon as it has dumped it.
 // 6. Past the point of no return (CRIU is done): with --leave-running, the
-//    GPU state of the source comes back, as an undo would bring it.
+//    GPU state of the source comes back, as an undo would bring it, and only
+//    then is the snapshot published: the workload's pause ("paused") ends
+//    with its memory back, not with the digests and the fsync. A publish that
+//    fails then leaves the source running and no snapshot.
 //
 // One exit: each step that must be undone pushes its undo; any failure
 // returns through UndoStack::Fail, which runs them newest first and reports
@@ -137,6 +141,10 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
   if (!images_fd.valid() || !work_fd.valid()) return Status::Errno(errno, "opening `{}`", images);
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("begin"));
 
+  // From the first step that stops the workload's work (its GPU work held,
+  // its GPU locked, or CRIU's freeze) to its running again (--leave-running).
+  std::optional<std::chrono::steady_clock::time_point> pause_start;
+
   // 3. gpushare: the device memory to the chunk store. From here to the end,
   // gpusnap holds the chunk store lock shared: no chunk the release finds
   // present, and none the undo reads, can be collected before a published
@@ -146,6 +154,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
                              gpushare::control::ChunkStoreLock::Acquire(
                                  store.root(), gpushare::control::ChunkStoreLock::Mode::kShared,
                                  gpushare::control::kChunkWriterWaitMs));
+    pause_start = std::chrono::steady_clock::now();
     phases.Start("gpushare-release");
     std::string manifests = run.ManifestDir();
     if (::mkdir(manifests.c_str(), 0700) != 0) return Status::Errno(errno, "creating `{}`", manifests);
@@ -159,6 +168,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
 
   // 4. The GPU processes, checkpointed by the driver.
   if (run.driver) {
+    if (!pause_start) pause_start = std::chrono::steady_clock::now();
     phases.Start("gpu-suspend");
     auto tids = gpu::Suspend(*run.driver, run.gpu_pids, options.gpu_lock_timeout_ms, phases.timings());
     if (!tids.ok()) return tids.status().Wrap("suspending the GPU processes");
@@ -180,14 +190,8 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
   plan.shell_job = target.shell_job;
   plan.verbose = options.verbose;
   plan.config_file = options.criu_config;
-  criu::Operation dump = criu::MakeOperation(bundle, DUMP, criu::DumpOptions(plan, features), target.ns_holder,
-                                             std::chrono::seconds(options.timeout_s),
-                                             dir + "/" + SnapshotFiles::kDumpLog);
-  dump.on_notify = [&](const std::string& script, int) -> Status {
-    if (script != "post-dump") return Status::Ok();
-    phases.Done(0);
-    PauseIfRequested("post-dump");
-    GPUSNAP_RETURN_IF_ERROR(InjectedFailure("post-dump"));
+  bool dumped = false;
+  auto publish = [&]() -> Status {
     phases.Start("publish");
     meta.timings_s = phases.timings();
     GPUSNAP_RETURN_IF_ERROR(run.pending->Publish(meta).Wrap("publishing the snapshot"));
@@ -196,7 +200,19 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
     PauseIfRequested("published");
     return Status::Ok();
   };
+  criu::Operation dump = criu::MakeOperation(bundle, DUMP, criu::DumpOptions(plan, features), target.ns_holder,
+                                             std::chrono::seconds(options.timeout_s),
+                                             dir + "/" + SnapshotFiles::kDumpLog);
+  dump.on_notify = [&](const std::string& script, int) -> Status {
+    if (script != "post-dump") return Status::Ok();
+    phases.Done(0);
+    PauseIfRequested("post-dump");
+    GPUSNAP_RETURN_IF_ERROR(InjectedFailure("post-dump"));
+    dumped = true;
+    return options.leave_running ? Status::Ok() : publish();
+  };
   PauseIfRequested("dump");
+  if (!pause_start) pause_start = std::chrono::steady_clock::now();
   phases.Start("dump");
   auto resp = criu::Run(dump);
   if (!resp.ok()) {
@@ -205,16 +221,20 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
     return KeepDumpLog(store.root(), id, dump.log_path, resp.status())
         .Wrap(fmt::format("checkpoint of `{}` failed", options.target));
   }
-  if (!run.published) return Status::Error(Code::kInternal, "CRIU finished the dump without a post-dump notification");
+  if (!dumped) return Status::Error(Code::kInternal, "CRIU finished the dump without a post-dump notification");
 
-  // 6. The point of no return: the snapshot is published and CRIU is done.
+  // 6. The point of no return: CRIU is done (and, but with --leave-running,
+  // the snapshot published).
   undo.Disarm();
-  if (options.leave_running && run.driver) {
-    GPUSNAP_RETURN_IF_ERROR(run.ResumeGpu().Wrap(
-        fmt::format("snapshot `{}` was published, but resuming the GPU processes failed", id)));
+  if (options.leave_running) {
+    std::string what = fmt::format("the dump of `{}` is whole", id);
+    if (run.driver)
+      GPUSNAP_RETURN_IF_ERROR(run.ResumeGpu().Wrap(what + ", but resuming the GPU processes failed"));
     if (!run.shim_procs.empty())
-      GPUSNAP_RETURN_IF_ERROR(run.LoadGpushare().Wrap(
-          fmt::format("snapshot `{}` was published, but bringing back the device memory failed", id)));
+      GPUSNAP_RETURN_IF_ERROR(run.LoadGpushare().Wrap(what + ", but bringing back the device memory failed"));
+    phases.timings()["paused"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - *pause_start).count();
+    GPUSNAP_RETURN_IF_ERROR(
+        publish().Wrap(fmt::format("`{}` runs on, but its snapshot could not be kept", options.target)));
   }
   phases.Total();
   meta.timings_s = phases.timings();

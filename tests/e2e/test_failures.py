@@ -1,6 +1,7 @@
 """Nothing is lost: every failure leaves the source running, the store without
 half snapshots, and says what went wrong in one line."""
 import contextlib
+import json
 import os
 import re
 import signal
@@ -206,6 +207,24 @@ class RemoveRacingACheckpoint(GpusnapCase):
         self.assertEqual(os.listdir(os.path.join(self.store, "snapshots")), [])
         c = self.count(pid)
         self.wait_count(pid, c + 3)
+
+
+class LeaveRunningPause(GpusnapCase):
+    """Issue 15: with --leave-running the source runs again as soon as CRIU has
+    dumped it; the publish (digests, fsync) no longer holds it frozen."""
+
+    def test_the_source_runs_while_its_snapshot_is_published(self):
+        pid = self.run_counter("lr")
+        ckpt, resume = self.paused(["--json", "checkpoint", "lr", "--leave-running", "--id", "lr-1"], "published")
+        c = self.count(pid)
+        self.wait_count(pid, c + 3)  # counting on, the publish not finished
+        open(resume, "w").close()
+        out, err = ckpt.communicate(timeout=120)
+        self.assertEqual(ckpt.returncode, 0, err)
+        timings = json.loads(out)["timings_s"]
+        self.assertLess(timings["paused"], timings["total"])
+        self.assertIn("publish", timings)
+        self.assertEqual([s["id"] for s in self.snapshots()], ["lr-1"])
 
 
 class BadSnapshots(GpusnapCase):
