@@ -58,6 +58,11 @@ struct RestoreOptions {
   // The host's transparent huge pages set to `always` while CRIU restores,
   // its own mode put back after (snapshot/huge_pages.h).
   bool huge_pages = false;
+  // A standby (docs/STANDBY.md): everything restored but the GPU, every task
+  // left stopped, holding no GPU memory and no context, recorded as a standby
+  // for Wake. A GPU snapshot only, into a fresh namespace, without gpu_map
+  // and gpus (chosen at the wake).
+  bool standby = false;
   ProgressFn progress;
 };
 
@@ -71,6 +76,30 @@ struct RestoreResult {
 // or into a placeholder container's (options.into_container).
 // A snapshot that fails verification is refused before anything starts.
 Result<RestoreResult> Restore(const RestoreOptions& options);
+
+struct WakeOptions {
+  std::string name;             // REQUIRES: a standby workload (RestoreOptions::standby)
+  std::string gpu_map;          // as RestoreOptions::gpu_map, chosen now
+  std::vector<int> gpus;        // or as RestoreOptions::gpus
+  int timeout_s = 600;          // how long the driver's restore may take
+  ProgressFn progress;
+};
+
+struct WakeResult {
+  Workload workload;            // running now
+  std::map<std::string, double> timings_s;
+};
+
+// Wakes a standby onto the GPUs chosen now: its snapshot's metadata read
+// again from its store, the gpushare chunks checked present, the GPU map
+// planned and checked, and the device memory it needs (gpushare) checked to
+// fit each target GPU's free memory, before anything is touched; then
+// restore's GPU step, and the tree goes. A refusal before the GPU is touched
+// (kNotFound: no such workload, or its snapshot was removed; kFailedPrecondition:
+// not a standby, too little free memory, a GPU that does not fit;
+// kAlreadyExists: another wake of it runs) leaves the standby as it was. A
+// failure after it tears the tree down and removes the record, and says so.
+Result<WakeResult> Wake(const WakeOptions& options);
 
 // Garbage collection of the gpushare chunk store (docs/GPUSHARE.md): the
 // chunk files no manifest names any more (of a snapshot, a snapshot being

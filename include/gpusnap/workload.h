@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -28,8 +29,18 @@ struct Workload {
   std::string log;
   std::string started;           // RFC 3339
   std::string restored_from;     // snapshot id, if restored
+  // A standby (`gpusnap restore --standby`, docs/STANDBY.md): restored but
+  // for the GPU, every task stopped, waiting for `gpusnap wake`. `store` is
+  // the snapshot store it was restored from, where the wake finds the
+  // snapshot again. Records written before standbys read as not standby.
+  bool standby = false;
+  std::string store;
   bool running = false;          // computed when listed, not stored
 };
+
+// "running", "standby" (its tree is there, stopped, waiting for a wake) or
+// "exited", as `gpusnap ps` shows it.
+const char* WorkloadState(const Workload& workload);
 
 struct RunOptions {
   std::string name;              // REQUIRES: [A-Za-z0-9._-]{1,40}, not starting with '.'
@@ -84,6 +95,27 @@ Result<Workload> FindWorkload(const std::string& name);
 // Records a workload under the name `claim` holds (REQUIRES: workload.name ==
 // claim.name()), replacing an exited one of that name, then releases the claim.
 Status RecordWorkload(const Workload& workload, NameClaim claim);
+
+// Rewrites the record of a workload already recorded under its name, that
+// same tree (pid and start time): a standby woken. kNotFound without such a
+// record, kFailedPrecondition when the record is another tree's.
+Status UpdateWorkload(const Workload& workload);
+
+// Removes the record of workload `name` (a woken standby whose wake failed
+// and whose tree was torn down). A record already gone is no error.
+Status RemoveWorkloadRecord(const std::string& name);
+
+// The exclusive right to wake the standby `name`, held as a LockFile on
+// <run dir>/workloads/<name>.wake until dropped. kAlreadyExists ("... is
+// already being woken (by gpusnap pid P)") while another gpusnap holds it.
+Result<LockFile> ClaimWake(const std::string& name);
+
+// Ends the workload `name`, running or standby: its reaper (pid 1 of its
+// namespace) is sent SIGTERM and kills everything the namespace holds; waits
+// up to `wait` for the tree's root to be gone. kNotFound for an unknown name,
+// kFailedPrecondition for one that has exited already, kTimeout when it
+// outlives the wait.
+Status EndWorkload(const std::string& name, std::chrono::milliseconds wait);
 
 bool IsValidWorkloadName(std::string_view name);
 

@@ -83,7 +83,8 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
     Reply(res, 200, health);
   });
   s.Get("/metrics", [&service](const httplib::Request&, httplib::Response& res) {
-    res.set_content(service.metrics().Format(), "text/plain; version=0.0.4");
+    res.set_content(service.metrics().Format(static_cast<int64_t>(service.StandbyWorkloads())),
+                    "text/plain; version=0.0.4");
   });
   // Bodies are read by the handlers, so that no body is ever held past the
   // limit (cpp-httplib holds a chunked one whole, and refuses a form-encoded
@@ -108,6 +109,18 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
     auto parsed = ParseRestoreRequest(*body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
     auto started = service.StartRestore(std::get<RestoreRequest>(parsed));
+    if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
+    const std::string& id = std::get<Accepted>(started).job_id;
+    res.set_header("Location", "/v1/jobs/" + id);
+    Reply(res, 202, {{"job", id}});
+  });
+  s.Post(R"(/v1/workloads/([^/]+)/wake)", [&service, max_body_bytes](const httplib::Request& req,
+                                                                      httplib::Response& res, const Reader& reader) {
+    auto body = ReadBody(reader, res, max_body_bytes);
+    if (!body) return;
+    auto parsed = ParseWakeRequest(req.matches[1].str(), *body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
+    auto started = service.StartWake(std::get<WakeRequest>(parsed));
     if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
     const std::string& id = std::get<Accepted>(started).job_id;
     res.set_header("Location", "/v1/jobs/" + id);

@@ -50,7 +50,7 @@ struct JobTransfer {
 
 struct Job {
   std::string id;                 // IsValidJobId
-  std::string kind;               // "checkpoint" or "restore"
+  std::string kind;               // "checkpoint", "restore" or "wake" (of a standby)
   JobState state = JobState::kRunning;
   std::string phase;              // the last phase the operation reported finished
   std::string target;             // what it acts on, for humans: "pid 4711", "container 3f2a…", "snapshot x"
@@ -61,8 +61,8 @@ struct Job {
   std::map<std::string, double> timings_s;  // phase -> seconds, as phases end
   std::string error;              // failed: why
   std::string snapshot;           // the snapshot written (checkpoint) or read (restore)
-  pid_t restored_pid = 0;         // restore: the new tree's root, host pid
-  std::string restored_name;      // restore: its workload name
+  pid_t restored_pid = 0;         // restore, wake: the tree's root, host pid
+  std::string restored_name;      // restore, wake: its workload name
   std::vector<TrackedProcess> source;  // checkpoint: the tree when the job started
   std::optional<JobTransfer> transfer; // restore of a reference: its pull; checkpoint with push-to: its push
 };

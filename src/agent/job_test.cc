@@ -122,6 +122,7 @@ TEST(AgentJob, ForeignRecordsAreCorruption) {
             Code::kCorruption);
   EXPECT_EQ(JobFromJson(R"({"id": "../x", "kind": "checkpoint", "state": "running"})").status().code(),
             Code::kCorruption);
+  EXPECT_TRUE(JobFromJson(R"({"id": "job-0123456789abcdef", "kind": "wake", "state": "running"})").ok());
   EXPECT_EQ(JobFromJson(R"({"id": "job-0123456789abcdef", "kind": "dance", "state": "running"})").status().code(),
             Code::kCorruption);
   EXPECT_EQ(JobFromJson(R"({"id": "job-0123456789abcdef", "kind": "restore", "state": 3})").status().code(),

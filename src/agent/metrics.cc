@@ -53,7 +53,7 @@ std::string FormatMetrics(const MetricsSnapshot& m) {
   out += "# TYPE gpusnap_operation_bytes_total counter\n";
   for (const auto& [kind, bytes] : m.bytes)
     out += fmt::format("gpusnap_operation_bytes_total{{kind=\"{}\"}} {}\n", Escape(kind), bytes);
-  out += "# HELP gpusnap_operations_total Finished checkpoint and restore jobs.\n";
+  out += "# HELP gpusnap_operations_total Finished checkpoint, restore and wake jobs.\n";
   out += "# TYPE gpusnap_operations_total counter\n";
   for (const auto& [key, n] : m.operations)
     out += fmt::format("gpusnap_operations_total{{kind=\"{}\",result=\"{}\"}} {}\n", Escape(key.first),
@@ -61,6 +61,11 @@ std::string FormatMetrics(const MetricsSnapshot& m) {
   out += "# HELP gpusnap_jobs_in_flight Checkpoint and restore jobs running now.\n";
   out += "# TYPE gpusnap_jobs_in_flight gauge\n";
   out += fmt::format("gpusnap_jobs_in_flight {}\n", m.jobs_in_flight);
+  if (m.standby_workloads >= 0) {
+    out += "# HELP gpusnap_standby_workloads Standby workloads waiting for a wake.\n";
+    out += "# TYPE gpusnap_standby_workloads gauge\n";
+    out += fmt::format("gpusnap_standby_workloads {}\n", m.standby_workloads);
+  }
   return out;
 }
 
@@ -88,6 +93,16 @@ void Metrics::JobFinished(const std::string& kind, bool succeeded) {
 std::string Metrics::Format() const {
   MutexLock lock(mu_);
   return FormatMetrics(m_);
+}
+
+std::string Metrics::Format(int64_t standby_workloads) const {
+  MetricsSnapshot m;
+  {
+    MutexLock lock(mu_);
+    m = m_;
+  }
+  m.standby_workloads = standby_workloads;
+  return FormatMetrics(m);
 }
 
 }  // namespace gpusnap::agent

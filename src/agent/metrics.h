@@ -5,6 +5,11 @@
 //   gpusnap_operation_bytes_total{kind}             bytes written (checkpoint) or read (restore)
 //   gpusnap_operations_total{kind,result}           finished jobs, result="succeeded"|"failed"
 //   gpusnap_jobs_in_flight                          jobs running now
+//   gpusnap_standby_workloads                       standbys waiting on the node for a wake
+//
+// kind is "checkpoint", "restore" or "wake": the wakes of standbys are
+// counted by gpusnap_operations_total{kind="wake"}, and their seconds are
+// gpusnap_operation_duration_seconds{kind="wake",phase="total"}.
 //
 // Thread-safety: Metrics is safe to use from any thread. FormatMetrics is pure.
 #pragma once
@@ -35,6 +40,7 @@ struct MetricsSnapshot {
   std::map<std::string, uint64_t> bytes;                                // kind
   std::map<std::pair<std::string, std::string>, uint64_t> operations;   // (kind, result)
   int64_t jobs_in_flight = 0;
+  int64_t standby_workloads = -1;  // -1: not reported
 };
 
 std::string FormatMetrics(const MetricsSnapshot& m);
@@ -46,6 +52,8 @@ class Metrics {
   void JobStarted() EXCLUDES(mu_);
   void JobFinished(const std::string& kind, bool succeeded) EXCLUDES(mu_);
   std::string Format() const EXCLUDES(mu_);
+  // With the standbys waiting now (counted by the caller, at each scrape).
+  std::string Format(int64_t standby_workloads) const EXCLUDES(mu_);
 
  private:
   mutable Mutex mu_;

@@ -42,6 +42,17 @@ TEST(AgentMetrics, CountersAndGauge) {
   EXPECT_NE(text.find("gpusnap_operation_bytes_total{kind=\"checkpoint\"} 15\n"), std::string::npos);
 }
 
+TEST(AgentMetrics, StandbysAreAGaugeOfTheirOwn) {
+  Metrics m;
+  EXPECT_EQ(m.Format().find("gpusnap_standby_workloads"), std::string::npos);
+  m.JobStarted();
+  m.JobFinished("wake", true);
+  std::string text = m.Format(2);
+  EXPECT_NE(text.find("# TYPE gpusnap_standby_workloads gauge\ngpusnap_standby_workloads 2\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gpusnap_operations_total{kind=\"wake\",result=\"succeeded\"} 1\n"), std::string::npos);
+}
+
 TEST(AgentMetrics, LabelValuesAreEscaped) {
   MetricsSnapshot s;
   s.bytes["a\"b\\c\nd"] = 1;

@@ -318,7 +318,7 @@ std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body
   auto parsed = ParseObject(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const Json& doc = std::get<Json>(parsed);
-  if (auto e = OnlyKnownFields(doc, {"snapshot", "target", "gpuMap", "name"}, "")) return *e;
+  if (auto e = OnlyKnownFields(doc, {"snapshot", "target", "gpuMap", "name", "standby"}, "")) return *e;
 
   RestoreRequest req;
   if (!doc.contains("snapshot")) return Bad("missing field `snapshot`");
@@ -353,6 +353,41 @@ std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body
   if (auto e = GetString(doc, "name", "", req.name)) return *e;
   if (doc.contains("name") && !IsValidWorkloadName(req.name))
     return Bad(fmt::format("`name` `{}` is not a workload name ([A-Za-z0-9._-], 1-40)", req.name));
+  if (auto it = doc.find("standby"); it != doc.end()) {
+    if (!it->is_boolean()) return Bad(fmt::format("field `standby` must be a boolean, got {}", it->type_name()));
+    req.standby = it->get<bool>();
+  }
+  if (req.standby && !req.target_container.empty())
+    return Bad("`standby` restores into a fresh namespace only: give no `target.container` with it");
+  if (req.standby && !req.gpu_map.empty())
+    return Bad("a standby's GPUs are chosen when it is woken: give `gpuMap` to the wake, not with `standby`");
+  return req;
+}
+
+std::variant<WakeRequest, ApiError> ParseWakeRequest(std::string_view name, std::string_view body) {
+  WakeRequest req;
+  if (!IsValidWorkloadName(name))
+    return Bad(fmt::format("`{}` is not a workload name ([A-Za-z0-9._-], 1-40)", Printable(name)));
+  req.name = std::string(name);
+  if (body.empty()) return req;
+  auto parsed = ParseObject(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const Json& doc = std::get<Json>(parsed);
+  if (auto e = OnlyKnownFields(doc, {"gpuMap", "gpus"}, "")) return *e;
+  if (doc.contains("gpuMap") && doc.contains("gpus")) return Bad("give at most one of `gpuMap` and `gpus`");
+  if (auto it = doc.find("gpuMap"); it != doc.end()) {
+    auto map = ParseGpuMap(*it);
+    if (auto* e = std::get_if<ApiError>(&map)) return *e;
+    req.gpu_map = std::get<std::string>(map);
+  }
+  if (auto it = doc.find("gpus"); it != doc.end()) {
+    if (!it->is_array()) return Bad(fmt::format("field `gpus` must be an array of GPU indices, got {}", it->type_name()));
+    for (const auto& g : *it) {
+      if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 1023)
+        return Bad(fmt::format("`gpus` holds {}, not a GPU index", g.dump()));
+      req.gpus.push_back(static_cast<int>(g.get<int64_t>()));
+    }
+  }
   return req;
 }
 

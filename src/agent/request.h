@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include "container/containers.h"
 #include "gpusnap/status.h"
@@ -51,6 +52,15 @@ struct RestoreRequest {
   std::string target_container; // restore into this container's namespaces (placeholder case)
   std::string gpu_map;          // "old=new,..." as RestoreOptions::gpu_map takes it
   std::string name;             // the restored workload's name; empty: the source's
+  bool standby = false;         // all but the GPU, stopped, for a later wake (docs/STANDBY.md)
+};
+
+// POST /v1/workloads/{name}/wake: a standby onto the GPUs chosen now. At
+// most one of gpu_map and gpus is set; the body may be empty.
+struct WakeRequest {
+  std::string name;             // the standby's workload name (from the path)
+  std::string gpu_map;          // "old=new,..."
+  std::vector<int> gpus;        // or the snapshot's GPUs in order onto these indices
 };
 
 // A request body as it arrives, kept up to `max_bytes` and no further: what
@@ -94,6 +104,8 @@ std::string Printable(std::string_view text);
 // that is not UTF-8, or has one key twice in an object, is refused (400).
 std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_view body);
 std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body);
+// `name` is the path's; an empty body asks for no GPU map.
+std::variant<WakeRequest, ApiError> ParseWakeRequest(std::string_view name, std::string_view body);
 
 // Kubernetes names: a DNS-1123 label (namespaces, containers: 1-63 of
 // [a-z0-9-], alphanumeric at both ends) and subdomain (pods: labels joined

@@ -143,6 +143,54 @@ TEST(AgentRestoreRequest, Refusals) {
             std::string::npos);
 }
 
+TEST(AgentRestoreRequest, Standby) {
+  auto r = ParseRestoreRequest(R"({"snapshot": "s1", "name": "warm", "standby": true})");
+  ASSERT_TRUE(std::holds_alternative<RestoreRequest>(r));
+  EXPECT_TRUE(std::get<RestoreRequest>(r).standby);
+  EXPECT_FALSE(std::get<RestoreRequest>(ParseRestoreRequest(R"({"snapshot": "s1"})")).standby);
+  EXPECT_EQ(RestoreError(R"({"snapshot": "s", "standby": "yes"})").message,
+            "field `standby` must be a boolean, got string");
+  EXPECT_NE(RestoreError(R"({"snapshot": "s", "standby": true, "gpuMap": {"0": "1"}})")
+                .message.find("a standby's GPUs are chosen when it is woken"),
+            std::string::npos);
+  EXPECT_NE(RestoreError(R"({"snapshot": "s", "standby": true, "target": {"container": ")" + kId + R"("}})")
+                .message.find("fresh namespace only"),
+            std::string::npos);
+}
+
+ApiError WakeError(std::string_view name, std::string_view body) {
+  auto r = ParseWakeRequest(name, body);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << "accepted: " << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(AgentWakeRequest, EmptyBodyGpusOrGpuMap) {
+  for (std::string_view body : {"", "{}"}) {
+    auto r = ParseWakeRequest("warm", body);
+    ASSERT_TRUE(std::holds_alternative<WakeRequest>(r)) << body;
+    const auto& w = std::get<WakeRequest>(r);
+    EXPECT_EQ(w.name, "warm");
+    EXPECT_TRUE(w.gpu_map.empty() && w.gpus.empty());
+  }
+  auto gpus = ParseWakeRequest("warm", R"({"gpus": [1, 0]})");
+  ASSERT_TRUE(std::holds_alternative<WakeRequest>(gpus));
+  EXPECT_EQ(std::get<WakeRequest>(gpus).gpus, (std::vector<int>{1, 0}));
+  auto map = ParseWakeRequest("warm", R"({"gpuMap": {"0": "1"}})");
+  ASSERT_TRUE(std::holds_alternative<WakeRequest>(map));
+  EXPECT_EQ(std::get<WakeRequest>(map).gpu_map, "0=1");
+}
+
+TEST(AgentWakeRequest, Refusals) {
+  EXPECT_NE(WakeError("a b", "").message.find("is not a workload name"), std::string::npos);
+  EXPECT_EQ(WakeError("w", R"({"gpus": [0], "gpuMap": {"0": "0"}})").message,
+            "give at most one of `gpuMap` and `gpus`");
+  EXPECT_EQ(WakeError("w", R"({"gpus": 0})").message, "field `gpus` must be an array of GPU indices, got number");
+  EXPECT_EQ(WakeError("w", R"({"gpus": [-1]})").message, "`gpus` holds -1, not a GPU index");
+  EXPECT_EQ(WakeError("w", R"({"gpus": ["0"]})").message, "`gpus` holds \"0\", not a GPU index");
+  EXPECT_EQ(WakeError("w", R"({"timeout": 3})").message, "unknown field `timeout`");
+  EXPECT_EQ(WakeError("w", "[]").http_status, 400);
+}
+
 TEST(AgentRestoreRequest, ARegistryReferenceIsPulledFirst) {
   auto r = ParseRestoreRequest(R"({"snapshot": "127.0.0.1:5000/team/counter:v1", "name": "copy"})");
   ASSERT_TRUE(std::holds_alternative<RestoreRequest>(r)) << std::get<ApiError>(r).message;

@@ -301,7 +301,52 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
   o.gpu_map = request.gpu_map;
   o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
   o.into_container = into_container;
+  o.standby = request.standby;
   return Launch(std::move(job), [this, o](Job& running) { return RunRestore(running.id, o); });
+}
+
+size_t Service::StandbyWorkloads() const {
+  size_t n = 0;
+  if (auto all = ListWorkloads(); all.ok())
+    for (const auto& w : *all)
+      if (w.running && w.standby) ++n;
+  return n;
+}
+
+std::variant<Accepted, Refused> Service::StartWake(const WakeRequest& request) {
+  // Refused now unless it is a standby; the wake checks again when it starts.
+  auto standby = FindWorkload(request.name);
+  if (!standby.ok()) return Refused{FromStatus(standby.status()), ""};
+  if (!standby->running)
+    return Refuse(409, fmt::format("workload `{}` has exited: there is no standby to wake", request.name));
+  if (!standby->standby)
+    return Refuse(409, fmt::format("workload `{}` is running, not a standby: only a standby is woken", request.name));
+  Job job;
+  job.kind = "wake";
+  job.lock_key = "workload:" + request.name;  // a restore under the name takes it too
+  job.target = fmt::format("standby {} (snapshot {})", request.name, standby->restored_from);
+  job.restored_name = request.name;
+  WakeOptions o;
+  o.name = request.name;
+  o.gpu_map = request.gpu_map;
+  o.gpus = request.gpus;
+  o.timeout_s = options_.operation_timeout_s;
+  return Launch(std::move(job), [this, o, snapshot = standby->restored_from](Job& running) mutable -> Status {
+    std::string id = running.id;
+    // Its snapshot is not removed while it wakes; other standbys of it wait
+    // their turn. One already gone (or in another store) the wake refuses itself.
+    if (auto held = HoldSnapshot(id, snapshot); !held.ok() && held.status().code() != Code::kNotFound)
+      return held.status();
+    o.progress = [this, id](const ProgressEvent& e) {
+      OnProgress(id, e);
+      if (e.done) PauseIfRequested("wake-" + e.phase);
+    };
+    auto woken = Wake(o);
+    if (!woken.ok()) return woken.status();
+    MutexLock lock(mu_);
+    jobs_[id].restored_pid = woken->workload.pid;
+    return Status::Ok();
+  });
 }
 
 std::variant<Accepted, Refused> Service::StartRestoreFromRegistry(const RestoreRequest& request,
@@ -327,6 +372,7 @@ std::variant<Accepted, Refused> Service::StartRestoreFromRegistry(const RestoreR
   o.gpu_map = request.gpu_map;
   o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
   o.into_container = into_container;
+  o.standby = request.standby;
   return Launch(std::move(job), [this, o, request](Job& running) mutable -> Status {
     std::string id = running.id;
     // 1. What the store lacks of it, beside other jobs.

@@ -21,6 +21,10 @@
 // take turns, and the second finds the snapshot present), then waits for
 // the snapshot to be free before it restores.
 //
+// Wake: one job per workload name (the lock key a restore under that name
+// takes too); it holds its standby's snapshot like a restore (HoldSnapshot),
+// so the wakes of two standbys of one snapshot take turns.
+//
 // Registry: a restore whose `reference` is set pulls first (phase "pull");
 // a checkpoint with `push_to` (or whose pod names one) pushes its snapshot
 // once published (phase "push"). The job's `transfer` shows either as it goes.
@@ -86,6 +90,11 @@ class Service {
 
   std::variant<Accepted, Refused> StartCheckpoint(const CheckpointRequest& request) EXCLUDES(mu_);
   std::variant<Accepted, Refused> StartRestore(const RestoreRequest& request) EXCLUDES(mu_);
+  // A standby's wake (docs/STANDBY.md): 404 for no such workload, 409 for
+  // one that is not a standby (running, exited) or that a job acts on.
+  std::variant<Accepted, Refused> StartWake(const WakeRequest& request) EXCLUDES(mu_);
+  // How many standbys wait on this node (the run directory's records).
+  size_t StandbyWorkloads() const;
 
   // kNotFound for an unknown id.
   Result<Job> GetJob(const std::string& id) const EXCLUDES(mu_);

@@ -110,6 +110,7 @@ Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOpt
   Json body = {{"snapshot", o.id}};
   if (!o.name.empty()) body["name"] = o.name;
   if (!o.into_container.empty()) body["target"] = {{"container", o.into_container}};
+  if (o.standby) body["standby"] = true;
   if (!o.gpu_map.empty()) {
     GPUSNAP_ASSIGN_OR_RETURN(body["gpuMap"], GpuMapJson(o.gpu_map));
   }
@@ -119,6 +120,33 @@ Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOpt
   out.job = job.value("id", "");
   Workload& w = out.result.workload;
   w.name = job.value("restoredName", "");
+  w.pid = job.value("restoredPid", 0);
+  // The agent's record, where it shares this machine's run directory.
+  if (auto recorded = FindWorkload(w.name); recorded.ok() && recorded->pid == w.pid) {
+    w = *recorded;
+  } else {
+    w.running = true;
+    w.restored_from = job.value("snapshot", "");
+    w.standby = o.standby;
+  }
+  out.result.timings_s = Timings(job);
+  return out;
+}
+
+Result<Woken> WakeThroughAgent(const std::string& socket, const WakeOptions& o, ProgressDisplay& progress) {
+  if (!IsValidWorkloadName(o.name))
+    return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", o.name);
+  Json body = Json::object();
+  if (!o.gpu_map.empty()) {
+    GPUSNAP_ASSIGN_OR_RETURN(body["gpuMap"], GpuMapJson(o.gpu_map));
+  }
+  if (!o.gpus.empty()) body["gpus"] = o.gpus;
+  GPUSNAP_ASSIGN_OR_RETURN(Json started, agent::CallAgent(socket, "POST", "/v1/workloads/" + o.name + "/wake", &body));
+  GPUSNAP_ASSIGN_OR_RETURN(Json job, FollowWithProgress(socket, started, progress));
+  Woken out;
+  out.job = job.value("id", "");
+  Workload& w = out.result.workload;
+  w.name = o.name;
   w.pid = job.value("restoredPid", 0);
   // The agent's record, where it shares this machine's run directory.
   if (auto recorded = FindWorkload(w.name); recorded.ok() && recorded->pid == w.pid) {

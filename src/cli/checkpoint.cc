@@ -47,12 +47,29 @@ void PrintRestore(const Context& ctx, const RestoreOptions& o, const Restored& d
     return ctx.PrintJson(j);
   }
   if (!ctx.quiet)
-    std::fprintf(stderr, "[restore] %s restored as `%s` in %.2f s\n", o.id.c_str(), r.workload.name.c_str(),
-                 Total(r.timings_s));
+    std::fprintf(stderr, "[restore] %s restored as `%s`%s in %.2f s\n", o.id.c_str(), r.workload.name.c_str(),
+                 o.standby ? ", a standby (`gpusnap wake` it)" : "", Total(r.timings_s));
   std::printf("%d\n", r.workload.pid);
 }
 
-// What checkpoint and restore share: the route, the progress display, the
+void PrintWake(const Context& ctx, const WakeOptions& o, const Woken& done) {
+  const WakeResult& r = done.result;
+  if (ctx.json) {
+    auto j = ToJson(r.workload);
+    j["timings_s"] = r.timings_s;
+    if (!done.job.empty()) j["job"] = done.job;
+    return ctx.PrintJson(j);
+  }
+  if (!ctx.quiet) std::fprintf(stderr, "[wake] `%s` woken in %.2f s\n", o.name.c_str(), Total(r.timings_s));
+  std::printf("%d\n", r.workload.pid);
+}
+
+// The store a command names (a wake's is its standby's, which its record names).
+std::string* StoreField(CheckpointOptions& o) { return &o.store; }
+std::string* StoreField(RestoreOptions& o) { return &o.store; }
+std::string* StoreField(WakeOptions&) { return nullptr; }
+
+// What checkpoint, restore and wake share: the route, the progress display, the
 // operation through the agent or in this process, then the result or the error.
 template <typename Options, typename Done>
 void RunOperation(Context& ctx, const CLI::App& sub, const AgentFlags& agent, Options& o, const char* operation,
@@ -60,14 +77,15 @@ void RunOperation(Context& ctx, const CLI::App& sub, const AgentFlags& agent, Op
                   Result<Done> (*through_agent)(const std::string&, const Options&, ProgressDisplay&),
                   Result<Done> (*in_process)(const Options&),
                   void (*print)(const Context&, const Options&, const Done&)) {
-  auto route = RouteCommand(ctx, sub, agent, o.store, in_process_only);
+  std::string* store = StoreField(o);
+  auto route = RouteCommand(ctx, sub, agent, store ? *store : "", in_process_only);
   if (!route.ok()) return ctx.Fail(route.status());
   ProgressDisplay progress(ctx, operation);
   Result<Done> done = Status::Error(Code::kInternal, "no {} ran", operation);
   if (route->through_agent) {
     done = through_agent(route->socket, o, progress);
   } else {
-    if (!route->store.empty()) o.store = route->store;
+    if (store && !route->store.empty()) *store = route->store;
     o.progress = progress.Fn();
     done = in_process(o);
     o.progress = nullptr;  // it draws on `progress`, which ends here
@@ -87,6 +105,12 @@ Result<Restored> RestoreHere(const RestoreOptions& o) {
   auto r = Restore(o);
   if (!r.ok()) return r.status();
   return Restored{std::move(r).value(), ""};
+}
+
+Result<Woken> WakeHere(const WakeOptions& o) {
+  auto r = Wake(o);
+  if (!r.ok()) return r.status();
+  return Woken{std::move(r).value(), ""};
 }
 
 // --criu-config: an existing file, passed on by absolute path, since CRIU
@@ -155,6 +179,9 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->add_option("--into-container", opts->into_container,
                   "Restore into this container's namespaces and cgroups (an id or unique prefix); its init must be "
                   "an idle `gpusnap __placeholder`");
+  sub->add_flag("--standby", opts->standby,
+                "Restore all but the GPU: every process left stopped, holding no GPU memory, until `gpusnap wake` "
+                "(a GPU snapshot, into a fresh namespace; docs/STANDBY.md)");
   auto agent = std::make_shared<AgentFlags>();
   AddAgentFlags(*sub, *agent);
   sub->footer(std::string("Prints the restored workload's host pid. ") + kAgentFooter);
@@ -163,6 +190,30 @@ void AddRestore(CLI::App& app, Context& ctx) {
                  {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus", "--registry-config", "--ca-file",
                   "--plain-http", "--jobs", "--registry-timeout", "--huge-pages"},
                  RestoreThroughAgent, RestoreHere, PrintRestore);
+  });
+}
+
+void AddWake(CLI::App& app, Context& ctx) {
+  auto* sub = app.add_subcommand("wake", "Wake a standby (`gpusnap restore --standby`) onto the GPUs chosen now");
+  auto opts = std::make_shared<WakeOptions>();
+  sub->add_option("name", opts->name, "The standby's workload name (see `gpusnap ps`)")->required();
+  auto* map = sub->add_option("--gpu-map", opts->gpu_map,
+                              "Wake onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this "
+                              "machine's");
+  sub->add_option("--gpus", opts->gpus, "Wake the snapshot's GPUs, in order, onto these GPU indices")
+      ->delimiter(',')
+      ->excludes(map);
+  sub->add_option("--timeout", opts->timeout_s, "Seconds the driver's restore may take (in-process)")
+      ->capture_default_str();
+  auto agent = std::make_shared<AgentFlags>();
+  AddAgentFlags(*sub, *agent);
+  sub->footer(std::string("Checks, before touching anything, that the snapshot and its chunks are still there, "
+                          "that the GPUs fit and (gpushare) have the device memory free; a refusal leaves the "
+                          "standby wakeable. Prints the woken workload's host pid (docs/STANDBY.md). ") +
+              kAgentFooter);
+  sub->callback([&ctx, sub, opts, agent] {
+    // A standby is woken from its own store, which its record names: no --store.
+    RunOperation(ctx, *sub, *agent, *opts, "wake", {"--timeout"}, WakeThroughAgent, WakeHere, PrintWake);
   });
 }
 

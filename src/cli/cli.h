@@ -32,6 +32,8 @@ struct Context {
 
 void AddRun(CLI::App& app, Context& ctx);
 void AddPs(CLI::App& app, Context& ctx);
+void AddKill(CLI::App& app, Context& ctx);
+void AddWake(CLI::App& app, Context& ctx);
 void AddCheckpoint(CLI::App& app, Context& ctx);
 void AddRestore(CLI::App& app, Context& ctx);
 void AddSnapshots(CLI::App& app, Context& ctx);  // ls, inspect, rm, gc
@@ -71,12 +73,17 @@ struct Restored {
   RestoreResult result;
   std::string job;
 };
+struct Woken {
+  WakeResult result;
+  std::string job;
+};
 // The commands as jobs of the agent at `socket`, with the in-process results
 // as far as the agent tells them (no CRIU log for a restore).
 Result<Checkpointed> CheckpointThroughAgent(const std::string& socket, const CheckpointOptions& options,
                                             ProgressDisplay& progress);
 Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOptions& options,
                                      ProgressDisplay& progress);
+Result<Woken> WakeThroughAgent(const std::string& socket, const WakeOptions& options, ProgressDisplay& progress);
 // The agent's store: its snapshots (ids, sources, sizes), one's metadata, removal.
 Result<std::vector<SnapshotMeta>> ListThroughAgent(const std::string& socket);
 Result<SnapshotMeta> LoadThroughAgent(const std::string& socket, const std::string& id);

@@ -25,7 +25,8 @@ void Context::Note(const std::string& line) const {
 nlohmann::json ToJson(const Workload& w) {
   return {{"name", w.name},       {"pid", w.pid},         {"reaper_pid", w.reaper_pid},
           {"cmdline", w.cmdline}, {"log", w.log},         {"started", w.started},
-          {"running", w.running}, {"restored_from", w.restored_from}};
+          {"running", w.running}, {"restored_from", w.restored_from}, {"state", WorkloadState(w)},
+          {"standby", w.running && w.standby}};
 }
 
 }  // namespace gpusnap::cli

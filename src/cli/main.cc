@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   gpusnap::cli::AddPs(app, ctx);
   gpusnap::cli::AddCheckpoint(app, ctx);
   gpusnap::cli::AddRestore(app, ctx);
+  gpusnap::cli::AddWake(app, ctx);
+  gpusnap::cli::AddKill(app, ctx);
   gpusnap::cli::AddSnapshots(app, ctx);
   gpusnap::cli::AddRegistry(app, ctx);
   gpusnap::cli::AddVersion(app, ctx);

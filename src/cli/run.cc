@@ -1,3 +1,4 @@
+#include <chrono>
 #include <cstdio>
 
 #include "cli/cli.h"
@@ -18,9 +19,22 @@ void AddPs(CLI::App& app, Context& ctx) {
     for (const auto& w : *all) {
       std::string cmd;
       for (const auto& a : w.cmdline) cmd += (cmd.empty() ? "" : " ") + a;
-      std::printf("%-24s %-8d %-8s %-24s %s\n", w.name.c_str(), w.pid, w.running ? "running" : "exited",
-                  w.started.c_str(), cmd.c_str());
+      std::printf("%-24s %-8d %-8s %-24s %s\n", w.name.c_str(), w.pid, WorkloadState(w), w.started.c_str(),
+                  cmd.c_str());
     }
+  });
+}
+
+void AddKill(CLI::App& app, Context& ctx) {
+  auto* sub = app.add_subcommand("kill", "End a workload, running or standby: its namespace and every process in it");
+  auto name = std::make_shared<std::string>();
+  sub->add_option("name", *name, "Workload name (see `gpusnap ps`)")->required();
+  sub->footer("Its record stays, as exited, until the name is used again.");
+  sub->callback([&ctx, name] {
+    if (Status st = EndWorkload(*name, std::chrono::seconds(10)); !st.ok())
+      return ctx.Fail(st.Wrap(fmt::format("kill `{}`", *name)));
+    if (ctx.json) return ctx.PrintJson({{"killed", *name}});
+    std::printf("%s\n", name->c_str());
   });
 }
 

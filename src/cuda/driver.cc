@@ -47,6 +47,10 @@ std::vector<std::string> ResolveTable(void* handle, DriverApi& api) {
   required("cuCheckpointProcessCheckpoint", api.cuCheckpointProcessCheckpoint);
   required("cuCheckpointProcessRestore", api.cuCheckpointProcessRestore);
   required("cuCheckpointProcessUnlock", api.cuCheckpointProcessUnlock);
+  optional("cuDevicePrimaryCtxRetain", api.cuDevicePrimaryCtxRetain);
+  optional("cuDevicePrimaryCtxRelease_v2", api.cuDevicePrimaryCtxRelease);
+  optional("cuCtxSetCurrent", api.cuCtxSetCurrent);
+  optional("cuMemGetInfo_v2", api.cuMemGetInfo);
   return missing;
 }
 

@@ -35,6 +35,11 @@ struct DriverApi {
   abi::PFN_cuCheckpointProcessCheckpoint cuCheckpointProcessCheckpoint = nullptr;
   abi::PFN_cuCheckpointProcessRestore cuCheckpointProcessRestore = nullptr;
   abi::PFN_cuCheckpointProcessUnlock cuCheckpointProcessUnlock = nullptr;
+  // Optional: a GPU's free memory, measured in its primary context (gpus.h).
+  abi::PFN_cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRetain = nullptr;
+  abi::PFN_cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease = nullptr;  // _v2
+  abi::PFN_cuCtxSetCurrent cuCtxSetCurrent = nullptr;
+  abi::PFN_cuMemGetInfo cuMemGetInfo = nullptr;  // _v2
 };
 
 struct LoadOptions {

@@ -197,6 +197,7 @@ using PFN_cuCtxSynchronize = CUresult (*)();
 using PFN_cuDevicePrimaryCtxRetain = CUresult (*)(CUcontext* ctx, CUdevice device);
 using PFN_cuDevicePrimaryCtxRelease = CUresult (*)(CUdevice device);  // _v2
 using PFN_cuMemAlloc = CUresult (*)(CUdeviceptr* dptr, std::size_t bytes);  // _v2
+using PFN_cuMemGetInfo = CUresult (*)(std::size_t* free_bytes, std::size_t* total_bytes);  // _v2
 using PFN_cuMemFree = CUresult (*)(CUdeviceptr dptr);                        // _v2
 using PFN_cuMemAddressReserve = CUresult (*)(CUdeviceptr* ptr, std::size_t size, std::size_t alignment,
                                              CUdeviceptr addr, unsigned long long flags);

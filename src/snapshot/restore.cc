@@ -24,6 +24,10 @@
 //    task but the GPU processes' (gpushare: none) has run, so a failed restore
 //    leaves no trace of the workload having run again.
 //
+// A standby (options.standby, docs/STANDBY.md) takes steps 0-3 and the record
+// of step 5: no GPU step, no preload, no driver loaded here; its tasks stay
+// stopped, holding no GPU memory, until `gpusnap wake` (wake.cc) takes step 4.
+//
 // One exit: any failure returns through UndoStack::Fail, which tears down what
 // the restore started (a fresh namespace as a whole; in a placeholder, the
 // restored processes, leaving the placeholder idle) and reports what it could
@@ -51,6 +55,7 @@
 #include "proc/proc.h"
 #include "registry/reference.h"
 #include "registry/staged_pull.h"
+#include "snapshot/gpu_steps.h"
 #include "snapshot/huge_pages.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
@@ -93,15 +98,8 @@ struct RestoreRun {
 
   std::set<std::string> Arriving() const { return pull ? pull->arriving() : std::set<std::string>(); }
 
-  // The tasks CRIU left stopped go on, but for the GPU processes, which the
-  // GPU step already let run; gpushare's held work goes.
-  Status LetGo(const std::vector<pid_t>& gpu_pids) const {
-    for (pid_t p : proc::Tree(reaper.reaper_pid))
-      if (p != reaper.reaper_pid && std::find(gpu_pids.begin(), gpu_pids.end(), p) == gpu_pids.end() &&
-          ::kill(p, SIGCONT) != 0 && errno != ESRCH)
-        return Status::Errno(errno, "continuing restored pid {}", p);
-    return held_shims.empty() ? Status::Ok() : control::ResumeAll(held_shims);
-  }
+  // The tasks CRIU left stopped go on (gpu_steps.h).
+  Status LetGo(const std::vector<pid_t>& gpu_pids) const { return LetTreeGo(reaper.reaper_pid, gpu_pids, held_shims); }
 
   // Nothing of the restore is left: a fresh namespace goes as a whole (its
   // reaper ends what it holds); a placeholder stays, idle again.
@@ -169,7 +167,20 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
   GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, meta.tcp_established));
   std::string gpu_dir = run.dir + "/" + SnapshotFiles::kGpuDir;  // gpushare manifests
-  if (meta.gpu) {
+  if (options.standby) {
+    // Everything but the GPU: its GPUs are chosen, and its device memory made, at the wake (wake.cc).
+    if (!meta.gpu)
+      return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no GPU state: a standby would have nothing to "
+                           "wake onto; restore it without --standby", meta.id);
+    if (!options.into_container.empty())
+      return Status::Error(Code::kNotSupported, "--standby restores into a fresh namespace only, not into a container");
+    if (!options.gpu_map.empty() || !options.gpus.empty())
+      return Status::Error(Code::kInvalidArgument, "a standby's GPUs are chosen when it is woken: give --gpu-map or "
+                           "--gpus to `gpusnap wake`, not with --standby");
+    if (meta.gpu->gpushare)
+      GPUSNAP_RETURN_IF_ERROR(
+          control::CheckManifests(store.root(), gpu_dir, meta.gpu->ns_pids, run.Arriving()).Wrap("refusing to restore"));
+  } else if (meta.gpu) {
     GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
     run.driver = std::make_shared<cuda::Driver>(std::move(loaded));
     GPUSNAP_ASSIGN_OR_RETURN(auto here, cuda::ListGpus(*run.driver));
@@ -277,49 +288,30 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   }
   phases.Done();
 
-  // 4. GPU.
+  // 4. GPU (a standby: at its wake, wake.cc).
   if (run.driver) {
-    std::vector<pid_t> tids(meta.gpu->restore_tids.begin(), meta.gpu->restore_tids.end());
-    GPUSNAP_RETURN_IF_ERROR(gpu::ResumeWithin(run.driver, gpu_pids, tids, run.gpu_map,
-                                              std::chrono::seconds(options.timeout_s), phases.timings())
-                                .Wrap(fmt::format("restore of `{}` failed", meta.id)));
-    if (options.progress)
-      options.progress({"gpu-restore", phases.timings()["gpu-restore"] + phases.timings()["gpu-unlock"], 0, true});
-    GPUSNAP_RETURN_IF_ERROR(InjectedFailure("gpu-restore"));
-    if (meta.gpu->gpushare) {
-      // The driver restored the contexts with the device memory left out; the
-      // shims now load it from the chunk store, then let their held work go.
-      phases.Start("gpushare-load");
-      std::vector<control::ShimProcess> procs;
-      for (size_t i = 0; i < gpu_pids.size(); ++i)
-        procs.push_back({gpu_pids[i], meta.gpu->ns_pids[i], meta.gpu->control_sockets[i]});
-      std::optional<control::PreloadedMemory> preloaded;
-      if (run.preload.valid()) {
-        Timed<Result<control::PreloadedMemory>> made = run.preload.get();
-        phases.timings()["gpushare-preload"] = made.seconds;
-        Status adopted = made.value.ok()
-                             ? control::AdoptPreloaded(procs, *(preloaded = std::move(*made.value)), phases.timings())
-                             : made.value.status();
-        // Only an optimisation: what was not adopted, the processes load.
-        if (!adopted.ok() && options.progress)
-          options.progress({"gpushare-preload: " + adopted.message() + "; the processes load that memory themselves",
-                            0, 0, false});
-      }
-      PauseIfRequested("gpushare-load");
-      if (run.pull) {  // the shims read what was not preloaded from the store: it must all be there
+    GpuStep step{.driver = run.driver,
+                 .meta = &meta,
+                 .gpu_pids = gpu_pids,
+                 .gpu_map = run.gpu_map,
+                 .chunk_store = store.root(),
+                 .gpu_dir = gpu_dir,
+                 .timeout = std::chrono::seconds(options.timeout_s),
+                 .preload = &run.preload,
+                 .chunk_lock = &run.chunk_lock,
+                 .before_load = nullptr,
+                 .progress = options.progress,
+                 .failed = fmt::format("restore of `{}` failed", meta.id)};
+    if (run.pull) {  // the shims read what was not preloaded from the store: it must all be there
+      step.before_load = [&run, &phases] {
         auto t = std::chrono::steady_clock::now();
-        GPUSNAP_RETURN_IF_ERROR(run.pull->WaitForChunks().Wrap(fmt::format("restore of `{}` failed", meta.id)));
+        Status arrived = run.pull->WaitForChunks();
         phases.timings()["pull-chunks-wait"] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-      }
-      Status loaded = control::LoadAll(procs, store.root(), gpu_dir, control::AfterLoad::kHold, phases.timings());
-      preloaded.reset();  // what the processes adopted is theirs now
-      run.chunk_lock.reset();
-      GPUSNAP_RETURN_IF_ERROR(loaded.Wrap(fmt::format("restore of `{}` failed", meta.id)));
-      GPUSNAP_RETURN_IF_ERROR(InjectedFailure("gpushare-load"));
-      phases.Done();
-      run.held_shims = std::move(procs);
+        return arrived;
+      };
     }
+    GPUSNAP_ASSIGN_OR_RETURN(run.held_shims, RestoreGpuProcesses(step, phases));
   }
 
   // 5. Record it: the point of no return.
@@ -328,13 +320,17 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   PauseIfRequested("record");
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("record"));
   if (run.pull) {  // the snapshot joins the store: nothing reads the staging any more
+    // A standby's wake reads its chunks from the store: all of them, first.
+    if (options.standby) GPUSNAP_RETURN_IF_ERROR(run.pull->WaitForChunks());
     GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, run.pull->Publish());
     phases.timings()["pull"] = pulled.seconds;
   }
   GPUSNAP_RETURN_IF_ERROR(ns::CommitHold(run.reaper));
-  phases.Start(meta.gpu && meta.gpu->gpushare ? "gpushare-resume" : "let-go");
-  GPUSNAP_RETURN_IF_ERROR(run.LetGo(gpu_pids).Wrap(fmt::format("restore of `{}` failed", meta.id)));
-  phases.Done();
+  if (!options.standby) {  // a standby's tree stays stopped until its wake
+    phases.Start(meta.gpu && meta.gpu->gpushare ? "gpushare-resume" : "let-go");
+    GPUSNAP_RETURN_IF_ERROR(run.LetGo(gpu_pids).Wrap(fmt::format("restore of `{}` failed", meta.id)));
+    phases.Done();
+  }
   Workload& w = result.workload;
   w.name = name;
   w.pid = host_pid;
@@ -344,6 +340,8 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   w.started = NowRfc3339();
   w.restored_from = meta.id;
   w.start_time = stat.start_time;
+  w.standby = options.standby;
+  w.store = options.standby ? store.root() : "";
   w.running = true;
   GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w, std::move(name_claim)));
   undo.Disarm();

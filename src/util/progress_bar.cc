@@ -22,8 +22,12 @@ const std::vector<std::string>& PhaseOrder(const std::string& operation) {
                                                        "publish"};
   static const std::vector<std::string> kRestore = {"verify", "namespace", "criu-restore", "gpu-restore",
                                                     "gpushare-load"};
+  static const std::vector<std::string> kWake = {"check", "gpu-restore", "gpushare-load"};
   static const std::vector<std::string> kNone;
-  return operation == "checkpoint" ? kCheckpoint : operation == "restore" ? kRestore : kNone;
+  return operation == "checkpoint" ? kCheckpoint
+         : operation == "restore"  ? kRestore
+         : operation == "wake"     ? kWake
+                                   : kNone;
 }
 
 int PhasePercent(const std::string& operation, const std::string& phase, int previous) {

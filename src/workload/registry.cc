@@ -1,8 +1,10 @@
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "gpusnap/workload.h"
@@ -54,6 +56,8 @@ static Result<Workload> ReadRecord(const std::string& path) {
     w.log = j.value("log", "");
     w.started = j.value("started", "");
     w.restored_from = j.value("restored_from", "");
+    w.standby = j.value("standby", false);
+    w.store = j.value("store", "");
   } catch (const json::exception& e) {
     return Status::Error(Code::kCorruption, "workload record `{}`: {}", path, e.what());
   }
@@ -61,14 +65,80 @@ static Result<Workload> ReadRecord(const std::string& path) {
   return w;
 }
 
+static Status WriteRecord(const Workload& w) {
+  json j = {{"name", w.name},       {"pid", w.pid}, {"start_time", w.start_time}, {"reaper_pid", w.reaper_pid},
+            {"cmdline", w.cmdline}, {"log", w.log}, {"started", w.started},       {"restored_from", w.restored_from}};
+  if (w.standby) j["standby"] = true;  // absent: running, as in records older than standbys
+  if (!w.store.empty()) j["store"] = w.store;
+  return WriteFileAtomic(RecordPath(w.name), j.dump(2) + "\n");
+}
+
+const char* WorkloadState(const Workload& w) {
+  if (!w.running) return "exited";
+  return w.standby ? "standby" : "running";
+}
+
 Status RecordWorkload(const Workload& w, NameClaim claim) {
   if (w.name != claim.name())
     return Status::Error(Code::kInternal, "recording workload `{}` under the claim on `{}`", w.name, claim.name());
   if (auto old = ReadRecord(RecordPath(w.name)); old.ok() && old->running && old->pid != w.pid)
     return Status::Error(Code::kAlreadyExists, "a workload named `{}` is already running (pid {})", w.name, old->pid);
-  json j = {{"name", w.name},       {"pid", w.pid}, {"start_time", w.start_time}, {"reaper_pid", w.reaper_pid},
-            {"cmdline", w.cmdline}, {"log", w.log}, {"started", w.started},       {"restored_from", w.restored_from}};
-  return WriteFileAtomic(RecordPath(w.name), j.dump(2) + "\n");
+  return WriteRecord(w);
+}
+
+Status UpdateWorkload(const Workload& w) {
+  auto old = ReadRecord(RecordPath(w.name));
+  if (!old.ok()) return Status::Error(Code::kNotFound, "no workload named `{}` to update", w.name);
+  if (old->pid != w.pid || old->start_time != w.start_time)
+    return Status::Error(Code::kFailedPrecondition, "the record of workload `{}` is of another tree (pid {}) now",
+                         w.name, old->pid);
+  return WriteRecord(w);
+}
+
+Status RemoveWorkloadRecord(const std::string& name) {
+  if (!IsValidWorkloadName(name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", name);
+  std::string path = RecordPath(name);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::Errno(errno, "removing `{}`", path);
+  return Status::Ok();
+}
+
+Result<LockFile> ClaimWake(const std::string& name) {
+  if (!IsValidWorkloadName(name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", name);
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(RunDir() + "/workloads"));
+  std::string path = RunDir() + "/workloads/" + name + ".wake";
+  auto lock = LockFile::TryAcquire(path);
+  if (!lock.ok() && lock.status().code() == Code::kAlreadyExists) {
+    auto text = ReadFile(path);
+    pid_t holder = text.ok() ? static_cast<pid_t>(std::atoi(text->c_str())) : 0;
+    return Status::Error(Code::kAlreadyExists, "standby `{}` is already being woken{}", name,
+                         holder > 0 ? fmt::format(" (by gpusnap pid {})", holder) : "");
+  }
+  if (!lock.ok()) return lock.status().Wrap(fmt::format("claiming the wake of `{}`", name));
+  std::string pid = std::to_string(::getpid());
+  if (::ftruncate(lock->fd(), 0) != 0 || ::pwrite(lock->fd(), pid.data(), pid.size(), 0) < 0)
+    return Status::Errno(errno, "writing `{}`", path);
+  return lock;
+}
+
+Status EndWorkload(const std::string& name, std::chrono::milliseconds wait) {
+  GPUSNAP_ASSIGN_OR_RETURN(Workload w, FindWorkload(name));
+  if (!w.running) return Status::Error(Code::kFailedPrecondition, "workload `{}` (pid {}) has exited already", name, w.pid);
+  // The reaper is the root's parent (pid 1 of its namespace): a reaper pid
+  // reused since by another process is never signalled.
+  auto root = proc::ReadStat(w.pid);
+  if (w.reaper_pid <= 1 || !root.ok() || root->ppid != w.reaper_pid)
+    return Status::Error(Code::kFailedPrecondition, "workload `{}` (pid {}) is not under its recorded reaper (pid {})",
+                         name, w.pid, w.reaper_pid);
+  if (::kill(w.reaper_pid, SIGTERM) != 0 && errno != ESRCH)
+    return Status::Errno(errno, "ending the reaper (pid {}) of workload `{}`", w.reaper_pid, name);
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  while (proc::IsSameProcess(w.pid, w.start_time)) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Status::Error(Code::kTimeout, "workload `{}` (pid {}) is still there {} ms after its reaper was told to "
+                           "end it", name, w.pid, wait.count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<Workload>> ListWorkloads() {

@@ -406,6 +406,18 @@ Status CheckManifests(const std::string& chunk_store, const std::string& manifes
   return Status::Ok();
 }
 
+Result<std::map<std::array<uint8_t, 16>, uint64_t>> DeviceBytesByGpu(const std::string& manifest_dir,
+                                                                     const std::vector<int>& ns_pids) {
+  std::map<std::array<uint8_t, 16>, uint64_t> out;
+  for (int ns_pid : ns_pids) {
+    std::string path = ManifestPath(manifest_dir, {0, ns_pid, ""});
+    GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+    GPUSNAP_ASSIGN_OR_RETURN(ChunkManifest manifest, DecodeChunkManifest(bytes, path));
+    for (const ChunkedAllocation& a : manifest.allocations) out[a.device_uuid] += a.size;
+  }
+  return out;
+}
+
 Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids) {
   std::vector<ShimProcess> out;
   for (pid_t p : pids) {

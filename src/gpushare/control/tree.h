@@ -8,6 +8,8 @@
 
 #include <sys/types.h>
 
+#include <array>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <set>
@@ -119,6 +121,14 @@ Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_s
 // for those in `arriving` (32 hex; a pull still brings them).
 Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids,
                       const std::set<std::string>& arriving = {});
+
+// The device memory the processes `ns_pids` had, from their manifests in
+// `manifest_dir`: the sizes of their allocations summed by the UUID of the GPU
+// each was checkpointed on (the zero UUID for a version 1 manifest, which
+// records none). What the driver kept itself (allocations the shim leaves to
+// it) is not in a manifest, so this is what a load needs at least.
+Result<std::map<std::array<uint8_t, 16>, uint64_t>> DeviceBytesByGpu(const std::string& manifest_dir,
+                                                                     const std::vector<int>& ns_pids);
 
 // `gpusnap gpushare suspend|resume`: the processes `pids` (each must load the
 // shim) give up their device memory in place, into `store`'s chunk store with

@@ -1,0 +1,194 @@
+// The wake of a standby (docs/STANDBY.md): the GPU step a standby restore
+// (restore.cc, options.standby) left out, taken now, onto the GPUs chosen now.
+//
+// 0. Claim the wake (one at a time per standby), then find the standby: its
+//    record says standby and its tree is there, every task stopped.
+// 1. Check, touching nothing: the snapshot's metadata, read again from the
+//    store (it may have been removed since), gpushare's manifests and every
+//    chunk they name, this machine's driver and GPUs, the GPU map, and that
+//    the device memory the wake needs fits each target GPU's free memory
+//    (gpushare: the manifests' allocations, summed per GPU; measured in each
+//    GPU's primary context). Nothing is verified again that the standby's
+//    restore verified: the wake must be fast.
+// 2. GPU: restore's step 4 (gpu_steps.h): gpushare preloads beside the
+//    driver's restore of every process, the processes adopt it and load the
+//    rest, their work held.
+// 3. Let the tree go, as a restore does (gpu_steps.h), and record the
+//    workload running: the point of no return.
+//
+// One exit: a refusal in steps 0-1 returns before anything is touched, and
+// the standby waits on, still wakeable. From step 2 on the undo tears the
+// tree down and removes its record (a tree whose GPU state was touched half
+// way cannot wait again), and the error says so.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include "cuda/gpu_map.h"
+#include "cuda/gpus.h"
+#include "gpu/processes.h"
+#include "gpu/wake_fit.h"
+#include "gpusnap/operations.h"
+#include "gpushare/control/chunk_lock.h"
+#include "gpushare/control/preload.h"
+#include "gpushare/control/tree.h"
+#include "proc/proc.h"
+#include "snapshot/gpu_steps.h"
+#include "snapshot/phases.h"
+#include "store/layout.h"
+#include "store/store.h"
+#include "util/test_hooks.h"
+#include "util/undo.h"
+
+namespace gpusnap {
+
+namespace {
+
+namespace control = gpushare::control;
+
+// What the steps find and leave for the steps after them and for the undo.
+struct WakeRun {
+  std::optional<LockFile> claim;
+  Workload standby;
+  std::optional<Store> store;
+  SnapshotMeta meta;
+  std::shared_ptr<cuda::Driver> driver;  // shared: a driver call that never returns keeps it alive past ours
+  std::optional<cuda::PrimaryContexts> contexts;  // the target GPUs', kept made for the preload; after `driver`
+  cuda::GpuMap gpu_map;
+  std::optional<control::ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
+  control::PendingPreload preload;
+  bool touched = false;  // the GPU step began: a failure from here ends the standby
+
+  // The standby's tree and its record go: its reaper ends what its namespace holds.
+  Status TearDown() const {
+    Status st;
+    if (::kill(standby.reaper_pid, SIGTERM) != 0 && errno != ESRCH)
+      st = Status::Errno(errno, "ending the standby's reaper (pid {})", standby.reaper_pid);
+    Status removed = RemoveWorkloadRecord(standby.name);
+    return st.ok() ? removed : st;
+  }
+};
+
+Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun& run, UndoStack& undo) {
+  // 0. The standby, claimed.
+  GPUSNAP_ASSIGN_OR_RETURN(run.claim, ClaimWake(options.name));
+  GPUSNAP_ASSIGN_OR_RETURN(run.standby, FindWorkload(options.name));
+  const Workload& w = run.standby;
+  if (!w.running)
+    return Status::Error(Code::kFailedPrecondition, "workload `{}` has exited: there is no standby to wake", w.name);
+  if (!w.standby)
+    return Status::Error(Code::kFailedPrecondition, "workload `{}` is running, not a standby: only a standby "
+                         "(`gpusnap restore --standby`) is woken", w.name);
+  auto refused = [&](const Status& st) { return st.Wrap(fmt::format("refusing to wake `{}`", w.name)); };
+
+  // 1. Check, touching nothing.
+  phases.Start("check");
+  std::string store_root = w.store.empty() ? DefaultStore() : w.store;
+  auto store = Store::Open(store_root, false);
+  if (!store.ok()) return refused(store.status());
+  run.store = std::move(store).value();
+  auto meta = run.store->Load(w.restored_from);
+  if (!meta.ok() && meta.status().code() == Code::kNotFound)
+    return Status::Error(Code::kNotFound, "refusing to wake `{}`: its snapshot `{}` is no longer in the store `{}`",
+                         w.name, w.restored_from, store_root);
+  if (!meta.ok()) return refused(meta.status());
+  run.meta = std::move(meta).value();
+  const SnapshotMeta& m = run.meta;
+  if (!m.gpu) return Status::Error(Code::kInternal, "standby `{}`: snapshot `{}` holds no GPU state", w.name, m.id);
+  std::string gpu_dir = run.store->SnapshotDir(m.id) + "/" + SnapshotFiles::kGpuDir;
+  if (m.gpu->gpushare) {
+    auto lock = control::ChunkStoreLock::Acquire(store_root, control::ChunkStoreLock::Mode::kShared,
+                                                 control::kChunkWriterWaitMs);
+    if (!lock.ok()) return refused(lock.status());
+    run.chunk_lock = std::move(lock).value();
+    GPUSNAP_RETURN_IF_ERROR(refused(control::CheckManifests(store_root, gpu_dir, m.gpu->ns_pids)));
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
+  run.driver = std::make_shared<cuda::Driver>(std::move(loaded));
+  GPUSNAP_ASSIGN_OR_RETURN(auto here, cuda::ListGpus(*run.driver));
+  GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
+  auto map = gpu::PlanGpuMap(*m.gpu, here, options.gpu_map, options.gpus);
+  if (!map.ok()) return refused(map.status());
+  run.gpu_map = std::move(map).value();
+  GPUSNAP_RETURN_IF_ERROR(refused(gpu::CheckCompatible(*m.gpu, here, kernel_driver, run.gpu_map)));
+  if (m.gpu->gpushare) {
+    // The device memory the shims will make, per GPU it goes to, against what is free there.
+    auto by_uuid = control::DeviceBytesByGpu(gpu_dir, m.gpu->ns_pids);
+    if (!by_uuid.ok()) return refused(by_uuid.status());
+    std::map<int, uint64_t> need, free_bytes;
+    for (const auto& [uuid, bytes] : *by_uuid)
+      if (std::optional<int> ordinal = cuda::OrdinalAfterMap(uuid, run.gpu_map, here)) need[*ordinal] += bytes;
+    run.contexts.emplace(*run.driver);
+    for (const auto& [ordinal, bytes] : need) {
+      auto free_now = run.contexts->FreeBytes(ordinal);
+      if (!free_now.ok()) return refused(free_now.status());
+      free_bytes[ordinal] = *free_now;
+    }
+    GPUSNAP_RETURN_IF_ERROR(refused(gpu::PlanWakeFit(need, free_bytes)));
+  }
+  std::vector<pid_t> gpu_pids;
+  for (int ns_pid : m.gpu->ns_pids) {
+    auto p = proc::WaitForNsPid(w.reaper_pid, ns_pid);
+    if (!p.ok()) return refused(p.status());
+    gpu_pids.push_back(*p);
+  }
+  GPUSNAP_RETURN_IF_ERROR(InjectedFailure("wake-check"));
+  PauseIfRequested("wake-check");
+  phases.Done();
+
+  // 2. GPU: from here a failure ends the standby.
+  run.touched = true;
+  undo.Push(fmt::format("tearing down the standby `{}`", w.name), [&run] { return run.TearDown(); });
+  if (m.gpu->gpushare)
+    run.preload = control::StartPreload(run.driver->path(), store_root, gpu_dir, m.gpu->ns_pids,
+                                        [map = run.gpu_map, here](const cuda::Uuid& uuid) {
+                                          return cuda::OrdinalAfterMap(uuid, map, here);
+                                        });
+  GpuStep step{.driver = run.driver,
+               .meta = &m,
+               .gpu_pids = gpu_pids,
+               .gpu_map = run.gpu_map,
+               .chunk_store = store_root,
+               .gpu_dir = gpu_dir,
+               .timeout = std::chrono::seconds(options.timeout_s),
+               .preload = &run.preload,
+               .chunk_lock = &run.chunk_lock,
+               .before_load = nullptr,
+               .progress = options.progress,
+               .failed = fmt::format("wake of `{}` failed", w.name)};
+  GPUSNAP_ASSIGN_OR_RETURN(auto held_shims, RestoreGpuProcesses(step, phases));
+  run.contexts.reset();  // the preload is over: the processes have their own contexts
+
+  // 3. Let it go and record it running: the point of no return.
+  PauseIfRequested("wake-record");
+  GPUSNAP_RETURN_IF_ERROR(InjectedFailure("wake-record"));
+  phases.Start(m.gpu->gpushare ? "gpushare-resume" : "let-go");
+  GPUSNAP_RETURN_IF_ERROR(LetTreeGo(w.reaper_pid, gpu_pids, held_shims).Wrap(step.failed));
+  phases.Done();
+  WakeResult result;
+  result.workload = w;
+  result.workload.standby = false;
+  result.workload.store.clear();
+  GPUSNAP_RETURN_IF_ERROR(UpdateWorkload(result.workload));
+  undo.Disarm();
+  phases.Total();
+  result.timings_s = phases.timings();
+  return result;
+}
+
+}  // namespace
+
+Result<WakeResult> Wake(const WakeOptions& options) {
+  Phases phases(options.progress);
+  WakeRun run;  // before the undo, whose steps refer to it
+  auto woken = WithUndo([&](UndoStack& undo) { return TakeWake(options, phases, run, undo); });
+  if (!woken.ok() && run.touched)
+    return Status::Error(woken.status().code(), "{}; the standby was torn down and its record removed",
+                         woken.status().message());
+  return woken;
+}
+
+}  // namespace gpusnap
