@@ -129,8 +129,9 @@ Result<nlohmann::json> ParseControlReply(std::string_view line) {
   return j;
 }
 
-std::string ControlSocketName(uint64_t pid_namespace_inode, int pid_in_namespace) {
-  return fmt::format("gpusnap-gpushare.{}.{}", pid_namespace_inode, pid_in_namespace);
+std::string ControlSocketName(uint64_t pid_namespace_inode, int pid_in_namespace, uint32_t generation) {
+  if (generation == 0) return fmt::format("gpusnap-gpushare.{}.{}", pid_namespace_inode, pid_in_namespace);
+  return fmt::format("gpusnap-gpushare.{}.{}.{}", pid_namespace_inode, pid_in_namespace, generation);
 }
 
 void EncodeIpcHandle(const IpcHandle& h, unsigned char out[kIpcHandleBytes]) {
@@ -138,7 +139,7 @@ void EncodeIpcHandle(const IpcHandle& h, unsigned char out[kIpcHandleBytes]) {
   std::memcpy(out, kIpcMagic, sizeof kIpcMagic);
   unsigned char* p = out + sizeof kIpcMagic;
   for (auto [value, bytes] : {std::pair<const void*, size_t>{&h.pid_namespace_inode, 8}, {&h.pid, 4},
-                              {&h.object, 8}, {&h.offset, 8}, {&h.size, 8}}) {
+                              {&h.object, 8}, {&h.offset, 8}, {&h.size, 8}, {&h.generation, 4}}) {
     std::memcpy(p, value, bytes);
     p += bytes;
   }
@@ -149,7 +150,7 @@ std::optional<IpcHandle> DecodeIpcHandle(const unsigned char in[kIpcHandleBytes]
   IpcHandle h;
   const unsigned char* p = in + sizeof kIpcMagic;
   for (auto [value, bytes] : {std::pair<void*, size_t>{&h.pid_namespace_inode, 8}, {&h.pid, 4}, {&h.object, 8},
-                              {&h.offset, 8}, {&h.size, 8}}) {
+                              {&h.offset, 8}, {&h.size, 8}, {&h.generation, 4}}) {
     std::memcpy(value, p, bytes);
     p += bytes;
   }

@@ -72,8 +72,11 @@ Result<nlohmann::json> ParseControlReply(std::string_view line);
 // The socket's abstract name, without the leading NUL. The pid namespace's
 // inode is part of it because every workload gpusnap runs has pid 2 in its
 // own namespace while all of them share the network namespace, where abstract
-// names live.
-std::string ControlSocketName(uint64_t pid_namespace_inode, int pid_in_namespace);
+// names live. Namespace inodes are reused once a namespace is gone, while a
+// restored process keeps the name it had (CRIU restores it as it was): a
+// process that finds its name taken takes the next generation (".<n>").
+std::string ControlSocketName(uint64_t pid_namespace_inode, int pid_in_namespace, uint32_t generation = 0);
+inline constexpr uint32_t kControlSocketGenerations = 64;
 
 // A CUDA IPC handle (64 opaque bytes) for gpushare memory: which process
 // exported it (its control socket) and which object, at which offset. The
@@ -84,6 +87,7 @@ struct IpcHandle {
   uint64_t object = 0;
   uint64_t offset = 0;  // of the pointer the handle was made for, inside the object
   uint64_t size = 0;    // the object's
+  uint32_t generation = 0;  // of the control socket's name (zero in handles of older shims)
 
   bool operator==(const IpcHandle&) const = default;
 };

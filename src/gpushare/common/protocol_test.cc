@@ -72,6 +72,9 @@ TEST(ControlProtocol, Replies) {
 TEST(ControlProtocol, SocketNameCarriesThePidNamespace) {
   EXPECT_EQ(ControlSocketName(4026532301, 2), "gpusnap-gpushare.4026532301.2");
   EXPECT_NE(ControlSocketName(4026532301, 2), ControlSocketName(4026532302, 2));
+  // A later generation, for a name a restored process still holds.
+  EXPECT_EQ(ControlSocketName(4026532301, 2, 0), "gpusnap-gpushare.4026532301.2");
+  EXPECT_EQ(ControlSocketName(4026532301, 2, 3), "gpusnap-gpushare.4026532301.2.3");
 }
 
 TEST(ControlProtocol, PeerCredentials) {
@@ -93,8 +96,16 @@ TEST(ControlProtocol, ExportRemapAndAdoptNameTheirObject) {
   EXPECT_EQ(*ParseControlRequest(FormatControlRequest(adopt)), adopt);
 }
 
+TEST(IpcHandle, AnOlderShimsHandleHasGenerationZero) {
+  IpcHandle h{4026532301, 2, 0x7f0000200000, 4096, 8 << 20, 0};
+  unsigned char bytes[kIpcHandleBytes];
+  EncodeIpcHandle(h, bytes);
+  for (size_t i = 12 + 36; i < kIpcHandleBytes; ++i) EXPECT_EQ(bytes[i], 0) << i;  // what older shims left zero
+  EXPECT_EQ(DecodeIpcHandle(bytes)->generation, 0u);
+}
+
 TEST(IpcHandle, RoundTripsAndTellsDriverHandlesApart) {
-  IpcHandle h{4026532301, 2, 0x7f0000200000, 4096, 8 << 20};
+  IpcHandle h{4026532301, 2, 0x7f0000200000, 4096, 8 << 20, 5};
   unsigned char bytes[kIpcHandleBytes];
   EncodeIpcHandle(h, bytes);
   auto back = DecodeIpcHandle(bytes);

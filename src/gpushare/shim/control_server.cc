@@ -25,7 +25,7 @@ namespace {
 Mutex g_mu;
 bool g_started GUARDED_BY(g_mu) = false;
 int g_listen_fd GUARDED_BY(g_mu) = -1;
-std::optional<std::pair<uint64_t, int>> g_identity GUARDED_BY(g_mu);
+std::optional<ControlSocketId> g_identity GUARDED_BY(g_mu);
 
 uint64_t PidNamespaceInode(pid_t pid) {
   struct stat st{};
@@ -135,23 +135,34 @@ void StartControlServer() {
   static std::once_flag atfork;
   std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, ForgetInChild); });
 
-  std::string name = ControlSocketName(PidNamespaceInode(0), ::getpid());
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), std::min(name.size(), sizeof(addr.sun_path) - 2));
-  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  uint64_t ns_inode = PidNamespaceInode(0);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 8) != 0) {
+  std::string name;
+  uint32_t generation = 0;
+  bool bound = false;
+  // A taken name is one of an older namespace that had this inode, kept by a
+  // process restored from it: the next generation's is ours.
+  while (fd >= 0 && generation < kControlSocketGenerations) {
+    name = ControlSocketName(ns_inode, ::getpid(), generation);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), std::min(name.size(), sizeof(addr.sun_path) - 2));
+    socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0;
+    if (bound || errno != EADDRINUSE) break;
+    ++generation;
+  }
+  if (!bound || ::listen(fd, 8) != 0) {
     std::fprintf(stderr, "gpusnap-gpushare: no control socket @%s: %s\n", name.c_str(), std::strerror(errno));
     if (fd >= 0) ::close(fd);
     return;
   }
   g_listen_fd = fd;
-  g_identity = {PidNamespaceInode(0), ::getpid()};
+  g_identity = ControlSocketId{ns_inode, ::getpid(), generation};
   std::thread(Loop, fd).detach();
 }
 
-std::optional<std::pair<uint64_t, int>> ControlSocketIdentity() {
+std::optional<ControlSocketId> ControlSocketIdentity() {
   MutexLock lock(g_mu);
   return g_identity;
 }

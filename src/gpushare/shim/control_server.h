@@ -17,6 +17,11 @@ void StartControlServer();
 
 // The (pid namespace inode, pid) the socket was named with when it was bound:
 // still its name after a restore into another namespace. nullopt without one.
-std::optional<std::pair<uint64_t, int>> ControlSocketIdentity();
+struct ControlSocketId {
+  uint64_t pid_namespace_inode = 0;
+  int pid = 0;
+  uint32_t generation = 0;
+};
+std::optional<ControlSocketId> ControlSocketIdentity();
 
 }  // namespace gpusnap::gpushare::shim

@@ -204,7 +204,7 @@ abi::CUresult DeviceMemory::PropertiesOf(abi::CUmemAllocationProp* prop, abi::CU
 std::optional<abi::CUresult> DeviceMemory::IpcGet(abi::CUipcMemHandle* out, abi::CUdeviceptr ptr) {
   auto identity = ControlSocketIdentity();
   if (!identity || out == nullptr) return std::nullopt;
-  IpcHandle h{identity->first, identity->second, 0, 0, 0};
+  IpcHandle h{identity->pid_namespace_inode, identity->pid, 0, 0, 0, identity->generation};
   MutexLock lock(mu_);
   if (auto a = registry_.FindContaining(ptr); a && a->handle != 0) {
     h.object = a->va;
@@ -229,7 +229,7 @@ std::optional<abi::CUresult> DeviceMemory::IpcOpen(abi::CUdeviceptr* ptr, const 
   ControlRequest req;
   req.command = ShimCommand::kExport;
   req.object = h->object;
-  auto got = ExchangeControlLine(ControlSocketName(h->pid_namespace_inode, h->pid), FormatControlRequest(req), 30000,
+  auto got = ExchangeControlLine(ControlSocketName(h->pid_namespace_inode, h->pid, h->generation), FormatControlRequest(req), 30000,
                                  -1, "cuIpcOpenMemHandle: asking the exporting process");
   if (!got.ok() || !ParseControlReply(got->reply).ok() || !got->passed_fd.valid()) {
     std::fprintf(stderr, "gpusnap-gpushare: cuIpcOpenMemHandle: %s\n",
