@@ -15,7 +15,8 @@
  *
  *   C:       dlsym(RTLD_DEFAULT, GPUSNAP_GPUSHARE_MARK_SCRATCH)
  *   Python:  ctypes.CDLL(None).gpusnap_gpushare_mark_scratch
- *            (argtypes [c_uint64, c_size_t], restype c_int)
+ *            (argtypes [c_uint64, c_size_t], restype c_int; AttributeError
+ *            when the shim is not there)
  *
  * What is marked. The shim saves memory in 64 MiB chunks counted from the
  * start of each allocation it made (every cuMemAlloc of 2 MiB or more:
@@ -58,6 +59,7 @@ extern "C" {
 
 #define GPUSNAP_GPUSHARE_MARK_SCRATCH "gpusnap_gpushare_mark_scratch"
 #define GPUSNAP_GPUSHARE_UNMARK_SCRATCH "gpusnap_gpushare_unmark_scratch"
+#define GPUSNAP_GPUSHARE_LOADS "gpusnap_gpushare_loads"
 
 /* Marks [ptr, ptr + bytes) as scratch. ptr is a CUdeviceptr (what cudaMalloc
  * returns, torch.Tensor.data_ptr()). */
@@ -69,7 +71,16 @@ int gpusnap_gpushare_mark_scratch(unsigned long long ptr, size_t bytes);
  * for the mark; unmarking a range never marked is not one. */
 int gpusnap_gpushare_unmark_scratch(unsigned long long ptr, size_t bytes);
 
+/* How many times the shim has filled this process's device memory again from
+ * the chunk store: 0 in a process that never went through a release, one more
+ * after each restore, resume in place, or return of a checkpoint's source.
+ * Each time, the scratch chunks were zeroed: a server that sees the number
+ * change forgets what it kept in its scratch memory (a prefix cache).
+ * Never fails. */
+unsigned long long gpusnap_gpushare_loads(void);
+
 typedef int (*gpusnap_gpushare_mark_scratch_fn)(unsigned long long ptr, size_t bytes);
+typedef unsigned long long (*gpusnap_gpushare_loads_fn)(void);
 
 #ifdef __cplusplus
 }
