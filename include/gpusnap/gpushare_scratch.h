@@ -33,7 +33,8 @@
  * After a release and load, scratch chunks read zero. That holds wherever
  * the memory comes back from the chunk store: a restore, a resume in place,
  * and a checkpoint's source brought back by --leave-running or after a
- * failure.
+ * failure. A checkpoint comes between two GPU calls of the process, so work
+ * spanning it (a request's kernels) finds zeros from the next call on.
  *
  * Return values: 0 on success, else a positive errno value and nothing
  * changed:
