@@ -3,8 +3,10 @@ driver as cudart does, through cuGetProcAddress_v2) runs under
 `gpusnap run --gpushare` against the fake libcuda, so the real shim, its
 control socket, the chunk store, CRIU and gpusnap's checkpoint/restore steps
 all run as in production; only the driver underneath is the CPU fake."""
+import errno
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -491,6 +493,124 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         """Live processes of this test's worker (named by its device file)."""
         out = subprocess.run(["pgrep", "-f", self.device], capture_output=True, text=True).stdout.split()
         return [p for p in out if self.alive(int(p))]
+
+
+SCRATCH_WORKER = os.path.join(WORKLOADS, "scratch_worker")
+KEEP_MIB, SCRATCH_MIB = 70, 130  # 64 + 6 MiB of chunks; 64 + 64 + 2 MiB marked scratch
+
+
+class GpushareScratchFake(FakeGpuCase):
+    """Memory the workload marks scratch (gpusnap/gpushare_scratch.h), as a
+    server marks its KV-cache pool: released without a copy, no chunk of it
+    stored, and back at the same address reading zero. scratch_worker checks
+    both of its buffers in full every step and refills the scratch one when
+    it finds it zeroed."""
+
+    def setUp(self):
+        super().setUp()
+        for path, target in ((os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"),
+                             (SCRATCH_WORKER, "wl_scratch_worker"), (SHIM, "gpusnap_gpushare")):
+            if not os.path.exists(path):
+                self.skipTest(f"no {path} (build target {target})")
+        self.env = self.gpu_env
+        self.output = os.path.join(self.run_dir, "logs", "scr.log")
+
+    def text(self):
+        with open(self.output) as f:
+            text = f.read()
+        self.assertNotRegex(text, r"MISMATCH|CUDA error|no gpusnap_gpushare", text[-2000:])
+        return text
+
+    def steps(self):
+        return [int(m[1]) for m in re.finditer(r"^step (\d+) gen \d+$", self.text(), re.M)]
+
+    def zeroed(self):
+        """(address, gpusnap_gpushare_loads()) each time the worker found its scratch buffer zeroed."""
+        return [(int(m[1], 16), int(m[2]))
+                for m in re.finditer(r"^scratch zeroed at step \d+ 0x([0-9a-f]+) loads (\d+)$", self.text(), re.M)]
+
+    def wait_for(self, what, timeout=30):
+        end = time.time() + timeout
+        while time.time() < end:
+            if os.path.exists(self.output) and what():
+                return
+            time.sleep(0.05)
+        self.fail(f"scratch_worker: {what.__doc__ or what}:\n{self.logs()}")
+
+    def start(self):
+        pid = int(self.gs("run", "--gpushare", "--name", "scr", "--", SCRATCH_WORKER, "--keep-mib", str(KEEP_MIB),
+                          "--scratch-mib", str(SCRATCH_MIB), "--device-file", self.device).stdout.strip())
+        self.wait_for(lambda: len(self.steps()) >= 3)
+        m = re.search(r"^marked (-?\d+) keep 0x([0-9a-f]+) scratch 0x([0-9a-f]+)$", self.text(), re.M)
+        self.assertIsNotNone(m, self.text())
+        self.assertEqual(m[1], "0")
+        self.scratch = int(m[3], 16)
+        return pid
+
+    def chunk_bytes(self):
+        root = os.path.join(self.store, "chunks")
+        return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+
+    def assert_back_zeroed_and_working(self, times):
+        """The scratch buffer came back `times` times in all, at its address and all zero; it works after."""
+        self.wait_for(lambda: len(self.zeroed()) >= times)
+        # Each time at its own address, and each time after one more load.
+        self.assertEqual(self.zeroed(), [(self.scratch, n + 1) for n in range(times)])
+        at = len(self.steps())
+        # The worker wrote a new generation into it and reads it back every step.
+        self.wait_for(lambda: len(self.steps()) >= at + 5)
+        self.assertEqual(len(self.zeroed()), times)
+        self.assertRegex(self.text(), rf"step \d+ gen {times}\n")
+
+    def test_bad_marks_fail_with_their_errno(self):
+        self.start()
+        m = re.search(r"^bad-mark small (-?\d+) bogus (-?\d+) empty (-?\d+)$", self.text(), re.M)
+        self.assertIsNotNone(m, self.text())
+        # 1 MiB stays with the driver and an address of nothing is nobody's: ENOENT; 0 bytes: EINVAL.
+        self.assertEqual([int(m[i]) for i in (1, 2, 3)], [errno.ENOENT, errno.ENOENT, errno.EINVAL])
+
+    def test_checkpoint_stores_no_chunk_of_scratch_and_restore_gives_it_back_zeroed(self):
+        pid = self.start()
+        st = self.gs_json("gpushare", "state", str(pid))["pids"][0]
+        self.assertEqual((st["bytes"], st["scratch_bytes"]), ((KEEP_MIB + SCRATCH_MIB) * MIB, SCRATCH_MIB * MIB))
+        snap = self.checkpoint("scr")
+        # Only the kept buffer is in the store: its two chunks, 70 MiB.
+        self.assertEqual(self.chunk_bytes(), KEEP_MIB * MIB)
+        manifest = os.path.join(self.store, "snapshots", snap, "gpu", "2.chunks")
+        with open(manifest, "rb") as f:
+            self.assertEqual(f.read(8), b"GPCK\x03\x00\x00\x00")  # version 3: it has scratch chunks
+        restored = json.loads(self.gs("--json", "restore", snap).stdout)
+        self.assert_back_zeroed_and_working(1)
+        # gpusnap made and zeroed the scratch memory beside CRIU, the process adopted it.
+        last = self.gs_json("gpushare", "state", str(restored["pid"]))["pids"][0]["last"]
+        self.assertEqual(last["adopted_bytes"], (KEEP_MIB + SCRATCH_MIB) * MIB, last)
+        # The mark holds in the restored process: a second cycle stores nothing more
+        # of the scratch buffer (the kept one has not changed: no new chunk at all).
+        snap2 = self.checkpoint("scr")
+        self.assertEqual(self.chunk_bytes(), KEEP_MIB * MIB)
+        # Without the preload the process zeroes it itself.
+        self.gs("restore", snap2, env=dict(self.env, GPUSNAP_GPUSHARE_PRELOAD="0"))
+        self.assert_back_zeroed_and_working(2)
+        # The collection counts no chunk for scratch entries: removing both snapshots empties the store.
+        self.gs("rm", snap)
+        self.assertEqual(self.chunk_bytes(), KEEP_MIB * MIB)
+        self.gs("rm", snap2)
+        self.assertEqual(self.chunk_bytes(), 0)
+
+    def test_suspend_and_resume_in_place_zero_the_scratch_memory(self):
+        pid = self.start()
+        st = self.gs_json("gpushare", "suspend", str(pid))["pids"][0]
+        self.assertEqual(st["released_bytes"], (KEEP_MIB + SCRATCH_MIB) * MIB)
+        self.assertEqual((st["last"]["chunks_scratch"], st["last"]["scratch_bytes"]), (3, SCRATCH_MIB * MIB))
+        self.assertEqual(self.chunk_bytes(), KEEP_MIB * MIB)
+        self.gs_json("gpushare", "resume", str(pid))
+        self.assert_back_zeroed_and_working(1)
+
+    def test_leave_running_zeroes_the_source_scratch_memory_too(self):
+        self.start()
+        self.checkpoint("scr", "--leave-running")
+        self.assert_back_zeroed_and_working(1)
+        self.assertEqual(self.chunk_bytes(), KEEP_MIB * MIB)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ namespace {
 
 constexpr uint8_t kKindZero = 0;
 constexpr uint8_t kKindXxh3 = 1;
+constexpr uint8_t kKindScratch = 2;  // version 3 on
 
 template <typename T>
 void Put(std::string& out, T v) {
@@ -53,9 +54,12 @@ class Reader {
 }  // namespace
 
 std::string EncodeChunkManifest(const ChunkManifest& manifest) {
+  bool scratch = false;
+  for (const ChunkedAllocation& a : manifest.allocations)
+    for (const ChunkRef& c : a.chunks) scratch = scratch || c.scratch;
   std::string out;
   Put<uint32_t>(out, kChunkManifestMagic);
-  Put<uint32_t>(out, kChunkManifestVersion);
+  Put<uint32_t>(out, scratch ? kChunkManifestVersionScratch : 2);
   Put<uint32_t>(out, static_cast<uint32_t>(manifest.allocations.size()));
   for (const ChunkedAllocation& a : manifest.allocations) {
     Put<uint64_t>(out, a.va);
@@ -65,7 +69,7 @@ std::string EncodeChunkManifest(const ChunkManifest& manifest) {
     out.append(reinterpret_cast<const char*>(a.device_uuid.data()), a.device_uuid.size());
     Put<uint32_t>(out, static_cast<uint32_t>(a.chunks.size()));
     for (const ChunkRef& c : a.chunks) {
-      Put<uint8_t>(out, c.zero ? kKindZero : kKindXxh3);
+      Put<uint8_t>(out, c.scratch ? kKindScratch : c.zero ? kKindZero : kKindXxh3);
       Put<uint64_t>(out, c.length);
       if (!c.zero) out.append(reinterpret_cast<const char*>(c.digest.data()), c.digest.size());
     }
@@ -85,7 +89,7 @@ Result<ChunkManifest> DecodeChunkManifest(std::string_view bytes, std::string_vi
                          source, magic, kChunkManifestMagic);
   uint32_t version = r.Get<uint32_t>();
   if (r.truncated()) return truncated();
-  if (version != 1 && version != kChunkManifestVersion)
+  if (version < 1 || version > kChunkManifestVersion)
     return Status::Error(Code::kNotSupported, "`{}` has chunk manifest version {}; this gpusnap reads versions 1 to {}",
                          source, version, kChunkManifestVersion);
   uint32_t count = r.Get<uint32_t>();
@@ -110,13 +114,14 @@ Result<ChunkManifest> DecodeChunkManifest(std::string_view bytes, std::string_vi
       uint8_t kind = r.Get<uint8_t>();
       ref.length = r.Get<uint64_t>();
       if (r.truncated()) break;
-      if (kind != kKindZero && kind != kKindXxh3)
+      if (kind != kKindZero && kind != kKindXxh3 && (kind != kKindScratch || version < kChunkManifestVersionScratch))
         return Status::Error(Code::kCorruption, "`{}`: allocation {:#x} chunk {} has unknown kind {}", source, a.va, c,
                              kind);
       if (ref.length == 0 || ref.length > kChunkBytes)
         return Status::Error(Code::kCorruption, "`{}`: allocation {:#x} chunk {} has length {} (1..{} allowed)", source,
                              a.va, c, ref.length, kChunkBytes);
-      ref.zero = kind == kKindZero;
+      ref.zero = kind == kKindZero || kind == kKindScratch;
+      ref.scratch = kind == kKindScratch;
       if (!ref.zero) r.GetBytes(ref.digest.data(), ref.digest.size());
       total += ref.length;
       a.chunks.push_back(ref);

@@ -19,6 +19,12 @@ ChunkRef Zero(uint64_t length) {
   return r;
 }
 
+ChunkRef Scratch(uint64_t length) {
+  ChunkRef r = Zero(length);
+  r.scratch = true;
+  return r;
+}
+
 ChunkManifest Sample() {
   ChunkManifest m;
   m.allocations.push_back({0x7f0000000000, 2 * kChunkBytes + 5, 0, {Hashed(0xab, kChunkBytes), Zero(kChunkBytes), Hashed(1, 5)}});
@@ -58,10 +64,62 @@ TEST(ChunkManifestTest, BadMagic) {
 
 TEST(ChunkManifestTest, UnknownVersion) {
   std::string bytes = EncodeChunkManifest(Sample());
-  bytes[4] = 3;
+  bytes[4] = 4;
   auto r = DecodeChunkManifest(bytes);
   EXPECT_EQ(r.status().code(), Code::kNotSupported);
-  EXPECT_NE(r.status().message().find("version 3"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("version 4"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("versions 1 to 3"), std::string::npos) << r.status().message();
+  bytes[4] = 0;
+  EXPECT_EQ(DecodeChunkManifest(bytes).status().code(), Code::kNotSupported);
+}
+
+// Scratch chunks: version 3, kind 2, no digest; read back as zero chunks that
+// say they are scratch.
+ChunkManifest WithScratch() {
+  ChunkManifest m = Sample();
+  m.allocations.push_back({0x7f2000000000, 2 * kChunkBytes + 7, 0, {Scratch(kChunkBytes), Hashed(3, kChunkBytes),
+                                                                    Scratch(7)}});
+  m.allocations.push_back({0x7f3000000000, kChunkBytes, 1, {Scratch(kChunkBytes)}});
+  return m;
+}
+
+TEST(ChunkManifestTest, ScratchChunksRoundTripInVersionThree) {
+  ChunkManifest m = WithScratch();
+  std::string bytes = EncodeChunkManifest(m);
+  EXPECT_EQ(bytes.substr(4, 4), std::string("\x03\x00\x00\x00", 4));
+  auto back = DecodeChunkManifest(bytes);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, m);
+  const ChunkRef& s = back->allocations[3].chunks[0];
+  EXPECT_TRUE(s.zero && s.scratch);
+  EXPECT_FALSE(back->allocations[0].chunks[1].scratch);  // a plain zero chunk stays one
+  // A scratch chunk takes the bytes of a zero one: kind and length, no digest.
+  EXPECT_EQ(bytes.size(), EncodeChunkManifest(Sample()).size() + 2 * (8 + 8 + 4 + 1 + 16 + 4) + 4 * 9 + 16);
+}
+
+TEST(ChunkManifestTest, WithoutScratchItIsWrittenAsVersionTwo) {
+  // What a gpusnap that reads version 2 only can still read.
+  std::string bytes = EncodeChunkManifest(Sample());
+  EXPECT_EQ(bytes.substr(4, 4), std::string("\x02\x00\x00\x00", 4));
+  // Version 2 and 3 differ in nothing else: the same bytes under either number read alike.
+  bytes[4] = 3;
+  auto r = DecodeChunkManifest(bytes);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, Sample());
+}
+
+TEST(ChunkManifestTest, ScratchKindBeforeVersionThreeIsCorrupt) {
+  std::string bytes = EncodeChunkManifest(WithScratch());
+  bytes[4] = 2;
+  auto r = DecodeChunkManifest(bytes, "gpu/2.chunks");
+  EXPECT_EQ(r.status().code(), Code::kCorruption);
+  EXPECT_NE(r.status().message().find("unknown kind 2"), std::string::npos) << r.status().message();
+}
+
+TEST(ChunkManifestTest, ScratchTruncatedAtEveryLength) {
+  std::string bytes = EncodeChunkManifest(WithScratch());
+  for (size_t n = 0; n < bytes.size(); ++n)
+    EXPECT_EQ(DecodeChunkManifest(std::string_view(bytes).substr(0, n)).status().code(), Code::kCorruption) << n;
 }
 
 // Version 1, as snapshots before the origin and UUID were recorded hold it.

@@ -64,10 +64,15 @@ std::string ChunksDir(const std::string& store_root);
 using ChunkDigest = std::array<uint8_t, 16>;  // XXH3-128, high 64 bits first (big-endian)
 
 // One chunk of an allocation: ZERO (all bytes zero, not stored) or a digest.
+// A SCRATCH chunk is one the workload marked as needing no saving
+// (gpusnap/gpushare_scratch.h): not read at release, not stored, and zeroed at
+// load; it is a ZERO chunk too (`zero` is true), so whatever only asks whether
+// a chunk is stored treats it as one.
 struct ChunkRef {
   bool zero = false;
   ChunkDigest digest{};  // meaningful only when !zero
   uint64_t length = 0;   // 1..kChunkBytes
+  bool scratch = false;  // REQUIRES zero
 
   bool operator==(const ChunkRef&) const = default;
 };

@@ -33,6 +33,13 @@ ChunkRef Zero() {
   return r;
 }
 
+ChunkRef Scratch(uint64_t length = kChunkBytes) {
+  ChunkRef r = Zero();
+  r.scratch = true;
+  r.length = length;
+  return r;
+}
+
 ChunkManifest ManifestOf(std::vector<ChunkRef> refs) {
   ChunkManifest m;
   uint64_t size = 0;
@@ -52,6 +59,11 @@ std::vector<std::string> Names(const GcResult& r) {
 TEST(LiveChunksTest, StoredChunksOfEveryManifestOnceAndNoZeroChunks) {
   auto live = LiveChunks({ManifestOf({Stored(0x11), Zero(), Stored(0x22, 5)}), ManifestOf({Stored(0x11)}), {}});
   EXPECT_EQ(live, (std::set<std::string>{Hex('1'), Hex('2')}));
+}
+
+TEST(LiveChunksTest, ScratchChunksNameNoChunk) {
+  auto live = LiveChunks({ManifestOf({Scratch(), Stored(0x33), Scratch(7)})});
+  EXPECT_EQ(live, (std::set<std::string>{Hex('3')}));
 }
 
 TEST(LiveChunksTest, NoManifestsNothingLive) { EXPECT_TRUE(LiveChunks({}).empty()); }
@@ -292,6 +304,17 @@ TEST_F(ChunkGcStoreTest, KeepsWhatAnySnapshotNamesAndSweepsTheRest) {
   // Fan-out directories emptied go too.
   std::string dir = chunks_->ChunkPath(orphan.digest);
   EXPECT_NE(::access(dir.substr(0, dir.rfind('/')).c_str(), F_OK), 0);
+}
+
+TEST_F(ChunkGcStoreTest, AManifestWithScratchChunksIsReadAndNamesOnlyItsStoredChunks) {
+  ChunkRef kept = Save('k'), orphan = Save('o');
+  Publish("s", {Scratch(), kept, Scratch(4096)});  // written as version 3
+  auto r = Collect(false);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->kept_chunks, 1u);
+  ASSERT_EQ(r->removed.size(), 1u);
+  EXPECT_EQ(r->removed[0].path, chunks_->ChunkPath(orphan.digest));
+  EXPECT_TRUE(Exists(kept));
 }
 
 TEST_F(ChunkGcStoreTest, ManifestsOfSnapshotsBeingWrittenAndSuspendedProcessesCount) {

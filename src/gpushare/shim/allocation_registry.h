@@ -6,6 +6,7 @@
 // Thread-safety: none; the shim guards it with its own mutex.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -29,6 +30,7 @@ struct RegistryTotals {
   uint64_t allocations = 0;
   uint64_t bytes = 0;           // sizes of all allocations
   uint64_t released_bytes = 0;  // of those, released
+  uint64_t scratch_bytes = 0;   // of all, marked scratch
 };
 
 class AllocationRegistry {
@@ -50,8 +52,29 @@ class AllocationRegistry {
   RegistryTotals Totals() const;
   bool empty() const { return by_va_.empty(); }
 
+  // Marks [ptr, ptr + bytes) scratch, or takes the marks off it. A range
+  // reaching the end of what an allocation was asked for (`requested`) takes
+  // in its rounding up to `size` too. 0, or (nothing changed) EINVAL for an
+  // empty or wrapping range, ENOENT when a byte of it is in no allocation
+  // (a range may run through several allocations that touch).
+  int MarkScratch(uint64_t ptr, uint64_t bytes);
+  int UnmarkScratch(uint64_t ptr, uint64_t bytes);
+  // For each `chunk_bytes` chunk of the allocation at `va` (counted from va,
+  // the last one short): whether it lies wholly in marked ranges. Empty when
+  // there is no allocation at `va`.
+  std::vector<bool> ScratchChunks(uint64_t va, uint64_t chunk_bytes) const;
+  // The marked ranges of the allocation at `va`, [start, end) by address, in
+  // order, touching ones merged.
+  std::vector<std::pair<uint64_t, uint64_t>> ScratchRanges(uint64_t va) const;
+
  private:
+  // The parts of [ptr, ptr + bytes) in each allocation, as [start, end), the
+  // end stretched to the allocation's size where it reaches `requested`; an
+  // errno as MarkScratch's when the range is not all allocations'.
+  int Pieces(uint64_t ptr, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>* out) const;
   std::map<uint64_t, TrackedAllocation> by_va_;
+  // Allocation address -> its marked ranges, start -> end, disjoint and not touching.
+  std::map<uint64_t, std::map<uint64_t, uint64_t>> scratch_;
 };
 
 // `bytes` rounded up to a multiple of `granularity` (a power of two, > 0).

@@ -155,6 +155,16 @@ abi::CUresult DeviceMemory::Free(abi::CUdeviceptr ptr) {
   return rc != abi::CUDA_SUCCESS ? rc : rc_free;
 }
 
+int DeviceMemory::MarkScratch(uint64_t ptr, uint64_t bytes) {
+  MutexLock lock(mu_);
+  return registry_.MarkScratch(ptr, bytes);
+}
+
+int DeviceMemory::UnmarkScratch(uint64_t ptr, uint64_t bytes) {
+  MutexLock lock(mu_);
+  return registry_.UnmarkScratch(ptr, bytes);
+}
+
 Status DeviceMemory::Quiesce(int timeout_ms) {
   if (state_ != ShimState::kRunning) return Status::Ok();
   auto t0 = Clock::now();
@@ -221,16 +231,29 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   auto t0 = Clock::now();
   GPUSNAP_ASSIGN_OR_RETURN(ChunkStore store, ChunkStore::Open(chunk_store));
   std::vector<TrackedAllocation> allocs;
+  std::vector<std::vector<bool>> scratch;  // per allocation, its chunks the workload marked scratch
   {
     MutexLock lock(mu_);
     allocs = registry_.All();
+    for (const TrackedAllocation& a : allocs) scratch.push_back(registry_.ScratchChunks(a.va, kChunkBytes));
   }
   // What is saved: the cuMemAlloc allocations, then the application's own VMM objects.
   GPUSNAP_ASSIGN_OR_RETURN(std::vector<TrackedAllocation> saved, ObjectRanges(/*released=*/false));
   saved.insert(saved.begin(), allocs.begin(), allocs.end());
   std::vector<DeviceRange> ranges;
   for (const TrackedAllocation& a : saved) ranges.push_back({a.va, a.size, a.context});
-  std::vector<ChunkJob> jobs = ChunkJobs(ranges);
+  // Scratch chunks are neither read nor stored: the manifest says so, and a
+  // load zeroes them.
+  std::vector<ChunkJob> jobs;
+  uint64_t chunks_scratch = 0, scratch_bytes = 0;
+  for (const ChunkJob& job : ChunkJobs(ranges)) {
+    if (job.range < scratch.size() && job.index < scratch[job.range].size() && scratch[job.range][job.index]) {
+      ++chunks_scratch;
+      scratch_bytes += job.length;
+    } else {
+      jobs.push_back(job);
+    }
+  }
   ChunkManifest manifest;
   for (size_t i = 0; i < saved.size(); ++i) {
     const TrackedAllocation& a = saved[i];
@@ -247,6 +270,12 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
         Real().device_get_uuid(&uuid, dev) == abi::CUDA_SUCCESS)
       std::memcpy(c.device_uuid.data(), &uuid, sizeof(uuid));
     c.chunks.resize((a.size + kChunkBytes - 1) / kChunkBytes);
+    for (size_t k = 0; i < scratch.size() && k < scratch[i].size() && k < c.chunks.size(); ++k) {
+      if (!scratch[i][k]) continue;
+      ChunkRef& ref = c.chunks[k];
+      ref.zero = ref.scratch = true;
+      ref.length = std::min(kChunkBytes, a.size - k * kChunkBytes);
+    }
   }
   struct {
     Mutex mu;
@@ -311,7 +340,8 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   last_ = {{"release_s", SecondsSince(t0)},            {"save_s", save_s},
            {"bytes", released_bytes},                  {"chunks_written", stats.sum.chunks_written},
            {"chunks_present", stats.sum.chunks_present}, {"chunks_zero", stats.sum.chunks_zero},
-           {"bytes_written", stats.sum.bytes_written}};
+           {"bytes_written", stats.sum.bytes_written}, {"chunks_scratch", chunks_scratch},
+           {"scratch_bytes", scratch_bytes}};
   return Status::Ok();
 }
 
@@ -437,6 +467,7 @@ Status DeviceMemory::Load(const std::string& chunk_store, const std::string& man
            {"adopted", adopted_},
            {"adopted_bytes", adopted_bytes_}};
   adopted_ = adopted_bytes_ = 0;
+  loads_.fetch_add(1, std::memory_order_release);
   return Status::Ok();
 }
 
@@ -466,6 +497,7 @@ nlohmann::json DeviceMemory::Describe() {
                    {"allocations", t.allocations},
                    {"bytes", t.bytes},
                    {"released_bytes", t.released_bytes},
+                   {"scratch_bytes", t.scratch_bytes},
                    {"held_calls", gate_.held()},
                    {"last", last_}};
   // The application's own VMM objects count as allocations too.

@@ -12,6 +12,7 @@
 // transitions from the control thread only.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -85,6 +86,13 @@ class DeviceMemory {
   // new memory at load, which then fills only the rest.
   Status Adopt(uint64_t va, UniqueFd fd);
 
+  // gpusnap_gpushare_mark_scratch / _unmark_scratch (gpusnap/gpushare_scratch.h):
+  // 0 or an errno, as AllocationRegistry::MarkScratch. No driver call.
+  int MarkScratch(uint64_t ptr, uint64_t bytes) EXCLUDES(mu_);
+  int UnmarkScratch(uint64_t ptr, uint64_t bytes) EXCLUDES(mu_);
+  // gpusnap_gpushare_loads: the loads that succeeded in this process.
+  uint64_t Loads() const { return loads_.load(std::memory_order_acquire); }
+
   Status Quiesce(int timeout_ms);
   Status Release(const std::string& chunk_store, const std::string& manifest);
   Status Load(const std::string& chunk_store, const std::string& manifest);
@@ -124,6 +132,7 @@ class DeviceMemory {
   // of that fd, not an export of the imported handle the process now holds.
   std::map<uint64_t, int> adopted_fds_ GUARDED_BY(mu_);  // allocation address -> fd
   void ForgetAdoptedFd(uint64_t va);
+  std::atomic<uint64_t> loads_{0};  // read by any thread, written by the control thread
   uint64_t adopted_ = 0;         // allocations adopted since the last release, and their bytes
   uint64_t adopted_bytes_ = 0;
   WorkGate gate_;

@@ -10,6 +10,9 @@
 // passes the work gate. The same name may resolve to several driver functions
 // (per-thread default stream variants, ABI versions), so each distinct driver
 // function gets its own wrapper from a pool per signature.
+//
+// Exported for the workload itself: gpusnap_gpushare_mark_scratch,
+// _unmark_scratch and _loads (gpusnap/gpushare_scratch.h).
 #include <dlfcn.h>
 #include <string.h>
 
@@ -23,6 +26,7 @@
 #include "gpushare/shim/control_server.h"
 #include "gpushare/shim/device_memory.h"
 #include "gpushare/shim/real_driver.h"
+#include "gpusnap/gpushare_scratch.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
 
@@ -351,4 +355,15 @@ SHIM_EXPORT abi::CUresult cuMemAlloc_v2(abi::CUdeviceptr* ptr, size_t bytes) {
 SHIM_EXPORT abi::CUresult cuMemFree_v2(abi::CUdeviceptr ptr) {
   auto fn = reinterpret_cast<abi::PFN_cuMemFree>(HookFor("cuMemFree_v2", LibcudaSymbol("cuMemFree_v2")));
   return fn ? fn(ptr) : abi::CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// The workload's own calls into the shim (gpusnap/gpushare_scratch.h).
+SHIM_EXPORT int gpusnap_gpushare_mark_scratch(unsigned long long ptr, size_t bytes) {
+  return gpusnap::gpushare::shim::DeviceMemory::Get().MarkScratch(ptr, bytes);
+}
+SHIM_EXPORT int gpusnap_gpushare_unmark_scratch(unsigned long long ptr, size_t bytes) {
+  return gpusnap::gpushare::shim::DeviceMemory::Get().UnmarkScratch(ptr, bytes);
+}
+SHIM_EXPORT unsigned long long gpusnap_gpushare_loads(void) {
+  return gpusnap::gpushare::shim::DeviceMemory::Get().Loads();
 }
