@@ -58,6 +58,11 @@ struct RestoreOptions {
   // The host's transparent huge pages set to `always` while CRIU restores,
   // its own mode put back after (snapshot/huge_pages.h).
   bool huge_pages = false;
+  // The tree's private anonymous memory arrives after the restore returns,
+  // served on demand and copied in the background by a `criu lazy-pages`
+  // daemon under a keeper that kills the tree should the daemon die before
+  // every page is in (snapshot/lazy_pages.h). Needs userfaultfd.
+  bool lazy_pages = false;
   ProgressFn progress;
 };
 

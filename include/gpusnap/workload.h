@@ -28,6 +28,7 @@ struct Workload {
   std::string log;
   std::string started;           // RFC 3339
   std::string restored_from;     // snapshot id, if restored
+  std::string lazy_pages;        // a --lazy-pages restore's work dir: its page server's state and logs
   bool running = false;          // computed when listed, not stored
 };
 

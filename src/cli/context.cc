@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/cli.h"
+#include "snapshot/lazy_pages.h"
 
 namespace gpusnap::cli {
 
@@ -23,9 +24,12 @@ void Context::Note(const std::string& line) const {
 }
 
 nlohmann::json ToJson(const Workload& w) {
-  return {{"name", w.name},       {"pid", w.pid},         {"reaper_pid", w.reaper_pid},
-          {"cmdline", w.cmdline}, {"log", w.log},         {"started", w.started},
-          {"running", w.running}, {"restored_from", w.restored_from}};
+  nlohmann::json j = {{"name", w.name},       {"pid", w.pid},         {"reaper_pid", w.reaper_pid},
+                      {"cmdline", w.cmdline}, {"log", w.log},         {"started", w.started},
+                      {"running", w.running}, {"restored_from", w.restored_from}};
+  if (!w.lazy_pages.empty())
+    j["lazy_pages"] = {{"dir", w.lazy_pages}, {"state", ReadLazyPagesState(w.lazy_pages)}};
+  return j;
 }
 
 }  // namespace gpusnap::cli

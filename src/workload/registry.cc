@@ -54,6 +54,7 @@ static Result<Workload> ReadRecord(const std::string& path) {
     w.log = j.value("log", "");
     w.started = j.value("started", "");
     w.restored_from = j.value("restored_from", "");
+    w.lazy_pages = j.value("lazy_pages", "");
   } catch (const json::exception& e) {
     return Status::Error(Code::kCorruption, "workload record `{}`: {}", path, e.what());
   }
@@ -68,6 +69,7 @@ Status RecordWorkload(const Workload& w, NameClaim claim) {
     return Status::Error(Code::kAlreadyExists, "a workload named `{}` is already running (pid {})", w.name, old->pid);
   json j = {{"name", w.name},       {"pid", w.pid}, {"start_time", w.start_time}, {"reaper_pid", w.reaper_pid},
             {"cmdline", w.cmdline}, {"log", w.log}, {"started", w.started},       {"restored_from", w.restored_from}};
+  if (!w.lazy_pages.empty()) j["lazy_pages"] = w.lazy_pages;
   return WriteFileAtomic(RecordPath(w.name), j.dump(2) + "\n");
 }
 
