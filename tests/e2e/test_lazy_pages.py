@@ -81,13 +81,17 @@ class LazyHelpers:
                              text=True).stdout.split()
         return [int(p) for p in out if self.alive(int(p))]
 
+    @staticmethod
+    def state_of(work_dir):
+        with open(os.path.join(work_dir, "state")) as f:
+            return f.read()
+
     def serving_dir(self):
         """The work dir of the one lazy restore whose daemon serves."""
         serving = []
         for d in self.lazy_dirs():
-            with open(os.path.join(d, "state")) as f:
-                if f.read().startswith("serving:"):
-                    serving.append(d)
+            if self.state_of(d).startswith("serving:"):
+                serving.append(d)
         self.assertEqual(len(serving), 1, self.lazy_dirs())
         return serving[0]
 
@@ -174,7 +178,7 @@ class LazyPagesServerDies(LazyPagesCase):
         proc, resume = self.paused(["restore", snap, "--lazy-pages"], "record", env=env)
         work = self.serving_dir()
         os.kill(self.daemon_pid(), signal.SIGKILL)
-        self.wait_until("the keeper has seen it", lambda: "failed:" in open(os.path.join(work, "state")).read())
+        self.wait_until("the keeper has seen it", lambda: self.state_of(work).startswith("failed:"))
         open(resume, "w").close()
         _, err = proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 1, err)
