@@ -186,8 +186,8 @@ def fmt_ratio(v, cold, speed=True):
 # The order gpusnap's phases happen in (its JSON lists them alphabetically);
 # phases not named here are shown after these, in its order, total last.
 PHASE_ORDER = ["pull-files", "resolve", "verify", "namespace", "quiesce", "release", "lock", "gpu-lock", "checkpoint",
-               "gpu-checkpoint", "freeze", "dump", "publish", "prefetch", "criu-restore", "restore", "gpu-restore",
-               "pull-chunks-wait", "load", "remap", "unlock", "gpu-unlock", "resume", "pull"]
+               "gpu-checkpoint", "freeze", "dump", "publish", "prefetch", "lazy-pages-start", "criu-restore", "restore",
+               "gpu-restore", "pull-chunks-wait", "load", "remap", "unlock", "gpu-unlock", "resume", "pull"]
 
 
 def timing_rows(timings):
@@ -267,11 +267,14 @@ def markdown_table(results):
         rs = c.get("restore") or {}
         if rs:
             thp = f", THP {rs['thp']}" if rs.get("thp") else ""
-            row(f"restore{tag}, page cache{thp} → first token", rs.get("first_token_s"))
+            lazy = ", lazy pages" if rs.get("lazy_pages") else ""
+            row(f"restore{tag}, page cache{thp}{lazy} → first token", rs.get("first_token_s"))
             for k, v in timing_rows(dig(rs, "cmd_output.timings_s") or {}):
                 row(f"  ↳ {k}", v, ratio=False)
             row("  ↳ after gpusnap returned: /health + first token of /generate",
                 (rs.get("first_token_s") or 0) - (rs.get("cmd_s") or 0), ratio=False)
+            if rs.get("lazy_pages_s") is not None:
+                row("  ↳ lazy pages: the server's start to every page in", rs["lazy_pages_s"], ratio=False)
             full_answer(rs)
     reg = results.get("registry") or {}
     if reg.get("push"):

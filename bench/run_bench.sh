@@ -51,6 +51,8 @@ usage: $0 [options]
                          and restore it from its reference into an empty store, and by pull-then-restore
   --huge-pages-even      restores of even cycles with `gpusnap restore --huge-pages` (gpusnap sets the
                          host's THP to always while CRIU restores), odd ones without
+  --lazy-pages-even      restores of even cycles with `gpusnap restore --lazy-pages` (the memory arrives
+                         after the restore returns), odd ones without; the next checkpoint waits for every page
   --thp-even MODE        restores of even cycles with the host's transparent huge pages set to MODE
                          (always|madvise|never), odd ones as the host has it: side by side in one run;
                          the setting is put back after each
@@ -73,7 +75,7 @@ die_usage() { echo "run_bench.sh: $*" >&2; usage >&2; exit 2; }
 model=""; demo=0; cycles=""; drop_caches=1; gpusnap=""; weights_dir=/tmp/gpusnap-weights
 work_dir=/var/tmp/gpusnap-bench; store=""; out_file=""; pinned_mb=256; max_new_tokens=32; gpu=""; port=""
 cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0; use_registry=0
-registry_dir=""; thp_even=""; huge_pages_even=0; engine=""; engines=""; gpu_mem_util=""; kv_cache_gib=""
+registry_dir=""; thp_even=""; huge_pages_even=0; lazy_pages_even=0; engine=""; engines=""; gpu_mem_util=""; kv_cache_gib=""
 THP_FILE=${GPUSNAP_BENCH_THP_FILE:-/sys/kernel/mm/transparent_hugepage/enabled}  # another file: tests
 while [ $# -gt 0 ]; do
   opt=$1
@@ -82,6 +84,7 @@ while [ $# -gt 0 ]; do
     --demo) demo=1; shift; continue ;;
     --registry) use_registry=1; shift; continue ;;
     --huge-pages-even) huge_pages_even=1; shift; continue ;;
+    --lazy-pages-even) lazy_pages_even=1; shift; continue ;;
     --no-drop-caches) drop_caches=0; shift; continue ;;
     --keep) keep=1; shift; continue ;;
     --check-targets) check_targets=1; shift; continue ;;
@@ -389,6 +392,24 @@ restore() {  # snapshot id, result name, label, gpusnap restore's extra flags...
   say "  first token after $(printf %.2f "$("$PY" "$LIB" get "$results/$res.json" first_token_s)") s, tokens identical" detail
 }
 
+# After a --lazy-pages restore: until its memory is all in (the next
+# checkpoint reads all of it), how long that took into the result.
+lazy_pages_wait() {  # result name
+  local res=$1 state=""
+  for _ in $(seq 1 "$((restore_timeout * 10))"); do
+    state=$(gs --json ps | "$PY" -c 'import json, sys
+print(next((w.get("lazy_pages", {}).get("state", "") for w in json.load(sys.stdin) if w["name"] == sys.argv[1]), ""))' "$name")
+    case "$state" in done:*|failed:*) break ;; esac
+    sleep 0.1
+  done
+  case "$state" in done:*) ;; *) fail "restore with --lazy-pages: the memory did not all arrive (${state:-no state})" ;; esac
+  say "  every page in: ${state#done: }" detail
+  "$PY" -c 'import json, re, sys
+d = json.load(open(sys.argv[1])); d["lazy_pages"] = True
+d["lazy_pages_s"] = float(re.search(r"in ([0-9.]+) s", sys.argv[2])[1]); json.dump(d, open(sys.argv[1], "w"))' \
+    "$results/$res.json" "$state"
+}
+
 # The host's THP mode: the word in brackets of "always [madvise] never".
 thp_mode() { local m; m=$(cat "$THP_FILE" 2>/dev/null) || return 0; case "$m" in *\[*\]*) m=${m#*[}; m=${m%%]*} ;; esac; echo "$m"; }
 if [ -n "$thp_even" ]; then
@@ -405,7 +426,11 @@ for k in $(seq 1 "$cycles"); do
   [ -z "$thp_even" ] || thp_now=$(thp_mode)
   flags=()
   [ "$huge_pages_even" = 0 ] || [ $((k % 2)) != 0 ] || { flags=(--huge-pages); thp_now="always (gpusnap --huge-pages)"; }
-  restore "$snap" "cycle-$k-restore" "restore #$k (page cache${thp_now:+, THP $thp_now})" "${flags[@]}"
+  lazy_now=0
+  [ "$lazy_pages_even" = 0 ] || [ $((k % 2)) != 0 ] || { flags+=(--lazy-pages); lazy_now=1; }
+  restore "$snap" "cycle-$k-restore" "restore #$k (page cache${thp_now:+, THP $thp_now}$([ "$lazy_now" = 0 ] || echo ", lazy pages"))" \
+    "${flags[@]}"
+  [ "$lazy_now" = 0 ] || lazy_pages_wait "cycle-$k-restore"
   [ -z "$thp_host" ] || echo "$thp_host" >"$THP_FILE"
   [ -z "$thp_now" ] || "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["thp"] = sys.argv[2]; json.dump(d, open(sys.argv[1], "w"))' \
     "$results/cycle-$k-restore.json" "$thp_now"

@@ -63,6 +63,11 @@ struct RestoreOptions {
   // for Wake. A GPU snapshot only, into a fresh namespace, without gpu_map
   // and gpus (chosen at the wake).
   bool standby = false;
+  // The tree's private anonymous memory arrives after the restore returns,
+  // served on demand and copied in the background by a `criu lazy-pages`
+  // daemon under a keeper that kills the tree should the daemon die before
+  // every page is in (snapshot/lazy_pages.h). Needs userfaultfd.
+  bool lazy_pages = false;
   ProgressFn progress;
 };
 

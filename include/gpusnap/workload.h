@@ -35,6 +35,7 @@ struct Workload {
   // snapshot again. Records written before standbys read as not standby.
   bool standby = false;
   std::string store;
+  std::string lazy_pages;        // a --lazy-pages restore's work dir: its page server's state and logs
   bool running = false;          // computed when listed, not stored
 };
 

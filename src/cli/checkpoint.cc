@@ -176,6 +176,10 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->add_flag("--huge-pages", opts->huge_pages,
                 "Set the host's transparent huge pages to `always` while CRIU restores (faster for large images), "
                 "its own mode put back after (in-process)");
+  sub->add_flag("--lazy-pages", opts->lazy_pages,
+                "Return once the tree runs, its memory arriving after: served on demand and copied in the "
+                "background by `criu lazy-pages` (needs userfaultfd); should that server die first, the tree is "
+                "killed (in-process)");
   sub->add_option("--into-container", opts->into_container,
                   "Restore into this container's namespaces and cgroups (an id or unique prefix); its init must be "
                   "an idle `gpusnap __placeholder`");
@@ -188,7 +192,7 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->callback([&ctx, sub, opts, agent] {
     RunOperation(ctx, *sub, *agent, *opts, "restore",
                  {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus", "--registry-config", "--ca-file",
-                  "--plain-http", "--jobs", "--registry-timeout", "--huge-pages"},
+                  "--plain-http", "--jobs", "--registry-timeout", "--huge-pages", "--lazy-pages"},
                  RestoreThroughAgent, RestoreHere, PrintRestore);
   });
 }

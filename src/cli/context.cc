@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/cli.h"
+#include "snapshot/lazy_pages.h"
 
 namespace gpusnap::cli {
 
@@ -23,10 +24,13 @@ void Context::Note(const std::string& line) const {
 }
 
 nlohmann::json ToJson(const Workload& w) {
-  return {{"name", w.name},       {"pid", w.pid},         {"reaper_pid", w.reaper_pid},
-          {"cmdline", w.cmdline}, {"log", w.log},         {"started", w.started},
-          {"running", w.running}, {"restored_from", w.restored_from}, {"state", WorkloadState(w)},
-          {"standby", w.running && w.standby}};
+  nlohmann::json j = {{"name", w.name},       {"pid", w.pid},         {"reaper_pid", w.reaper_pid},
+                      {"cmdline", w.cmdline}, {"log", w.log},         {"started", w.started},
+                      {"running", w.running}, {"restored_from", w.restored_from}, {"state", WorkloadState(w)},
+                      {"standby", w.running && w.standby}};
+  if (!w.lazy_pages.empty())
+    j["lazy_pages"] = {{"dir", w.lazy_pages}, {"state", ReadLazyPagesState(w.lazy_pages)}};
+  return j;
 }
 
 }  // namespace gpusnap::cli

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/cli.h"
+#include "snapshot/lazy_pages.h"
 
 namespace gpusnap::cli {
 
@@ -21,6 +22,10 @@ void AddPs(CLI::App& app, Context& ctx) {
       for (const auto& a : w.cmdline) cmd += (cmd.empty() ? "" : " ") + a;
       std::printf("%-24s %-8d %-8s %-24s %s\n", w.name.c_str(), w.pid, WorkloadState(w), w.started.c_str(),
                   cmd.c_str());
+      // A lazy restore's memory: arriving, in, or why its server's end killed the tree.
+      if (!w.lazy_pages.empty())
+        if (std::string state = ReadLazyPagesState(w.lazy_pages); !state.empty())
+          std::printf("%-24s memory %s\n", "", state.c_str());
     }
   });
 }

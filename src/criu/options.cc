@@ -47,6 +47,7 @@ criu_opts RestoreOptions(const RestorePlan& plan, const Features& features) {
     o.set_manage_cgroups_mode(IGNORE);
   }
   if (plan.leave_stopped) o.set_leave_stopped(true);
+  if (plan.lazy_pages) o.set_lazy_pages(true);
   return o;
 }
 

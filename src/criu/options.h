@@ -39,6 +39,9 @@ struct RestorePlan : CommonPlan {
   // Every restored task stays stopped (SIGSTOP) until gpusnap continues it:
   // the snapshot's digests are still being checked while CRIU restores.
   bool leave_stopped = false;
+  // Private anonymous memory is left to a `criu lazy-pages` daemon listening
+  // in the work dir (criu/lazy_pages.h); REQUIRES: it is listening.
+  bool lazy_pages = false;
 };
 
 criu_opts DumpOptions(const DumpPlan& plan, const Features& features);

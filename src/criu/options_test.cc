@@ -110,6 +110,17 @@ TEST(RestoreOptions, LeftStoppedOnlyWhenAsked) {
   EXPECT_TRUE(RestoreOptions(p, Features{}).leave_stopped());
 }
 
+TEST(RestoreOptions, LazyPagesOnlyWhenAsked) {
+  RestorePlan p = SomeRestorePlan();
+  EXPECT_FALSE(RestoreOptions(p, Features{}).has_lazy_pages());
+  p.lazy_pages = true;
+  criu_opts o = RestoreOptions(p, Features{});
+  EXPECT_TRUE(o.lazy_pages());
+  // The daemon is found through the work dir; the restore names no page server.
+  EXPECT_EQ(o.work_dir_fd(), 4);
+  EXPECT_FALSE(o.has_ps());
+}
+
 TEST(ErrorLines, KeepsTheLastErrorLinesOnly) {
   std::string log =
       "(00.001) Warn: something\n"

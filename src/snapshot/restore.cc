@@ -39,10 +39,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
 #include "criu/bundle.h"
+#include "criu/lazy_pages.h"
 #include "criu/operation.h"
 #include "criu/options.h"
 #include "cuda/gpu_map.h"
@@ -57,6 +59,7 @@
 #include "registry/staged_pull.h"
 #include "snapshot/gpu_steps.h"
 #include "snapshot/huge_pages.h"
+#include "snapshot/lazy_pages.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
 #include "snapshot/tcp_ports.h"
@@ -91,6 +94,7 @@ struct RestoreRun {
   ns::SpawnedReaper reaper;
   bool into_container = false;
   std::vector<control::ShimProcess> held_shims;  // gpushare: loaded, their work held until the tree goes
+  std::optional<LazyPagesServer> lazy;  // --lazy-pages: the daemon serving the tree's memory, under its keeper
 
   // A restore that ends before CRIU has run lets the digests read at once:
   // the future's destructor waits for them.
@@ -239,10 +243,27 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     GPUSNAP_ASSIGN_OR_RETURN(huge_pages, HugePagesWindow::Open(ThpFile(), RunDir() + "/thp"));
     PauseIfRequested("huge-pages");
   }
-  phases.Start("criu-restore");
   std::string images = run.dir + "/" + SnapshotFiles::kCheckpointDir;
   std::string logs = RunDir() + "/logs";
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(logs));
+  if (options.lazy_pages) {
+    // CRIU's work dir is the daemon's: the restore finds it by its socket there.
+    phases.Start("lazy-pages-start");
+    GPUSNAP_RETURN_IF_ERROR(criu::CheckLazyPages(bundle).Wrap("refusing to restore"));
+    GPUSNAP_ASSIGN_OR_RETURN(logs, MakeLazyPagesWorkDir(name));
+    GPUSNAP_ASSIGN_OR_RETURN(run.lazy, LazyPagesServer::Start({.bundle = &bundle,
+                                                              .images_dir = std::filesystem::absolute(images).string(),
+                                                              .work_dir = logs,
+                                                              .reaper_pid = run.reaper.reaper_pid,
+                                                              .into_container = run.into_container,
+                                                              .workload_name = name,
+                                                              .workload_log = meta.source.log,
+                                                              .verbose = options.verbose}));
+    undo.Push("stopping the lazy-pages server", [&run] { return run.lazy->Stop(); });
+    PauseIfRequested("lazy-pages");
+    phases.Done();
+  }
+  phases.Start("criu-restore");
   std::string log_name = fmt::format("restore-{}-{}.log", meta.id, ::getpid());
   UniqueFd images_fd(::open(images.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   UniqueFd work_fd(::open(logs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
@@ -257,10 +278,12 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   plan.config_file = options.criu_config;
   plan.keep_criu_cgroups = run.into_container;
   plan.leave_stopped = true;  // step 5 lets the tree go
+  plan.lazy_pages = run.lazy.has_value();
   criu::Operation op = criu::MakeOperation(bundle, RESTORE, criu::RestoreOptions(plan, features),
                                            run.reaper.reaper_pid, std::chrono::seconds(options.timeout_s),
                                            logs + "/" + log_name);
   op.join_cgroups = join_cgroups;
+  if (run.lazy) op.on_notify = [&run](const std::string& script, int) { return run.lazy->OnCriuNotify(script); };
   result.log = op.log_path;
   auto resp = criu::Run(op);
   run.criu_done = true;
@@ -274,6 +297,15 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     Timed<Status> digests = run.digests.get();
     phases.timings()["verify-digests"] = digests.seconds;
     GPUSNAP_RETURN_IF_ERROR(digests.value.Wrap("refusing to restore"));
+  }
+  if (run.lazy) {
+    // A tree whose page server died has lost memory (its keeper killed it):
+    // told beside what CRIU made of that, or alone when CRIU saw nothing.
+    Status served = run.lazy->Check(resp.ok() ? std::chrono::milliseconds(0) : std::chrono::milliseconds(1000));
+    if (!served.ok() && !resp.ok())
+      return Status::Error(resp.status().code(), "restore of `{}` failed: {}\n(and {})", meta.id,
+                           resp.status().message(), served.message());
+    if (!served.ok()) return served.Wrap(fmt::format("restore of `{}` failed", meta.id));
   }
   // The undo tears down what CRIU left: it rolls back what it fails, but one
   // that answered success and then died leaves a tree that must not stay.
@@ -325,6 +357,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, run.pull->Publish());
     phases.timings()["pull"] = pulled.seconds;
   }
+  if (run.lazy) GPUSNAP_RETURN_IF_ERROR(run.lazy->Commit().Wrap(fmt::format("restore of `{}` failed", meta.id)));
   GPUSNAP_RETURN_IF_ERROR(ns::CommitHold(run.reaper));
   if (!options.standby) {  // a standby's tree stays stopped until its wake
     phases.Start(meta.gpu && meta.gpu->gpushare ? "gpushare-resume" : "let-go");
@@ -343,6 +376,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   w.standby = options.standby;
   w.store = options.standby ? store.root() : "";
   w.running = true;
+  if (run.lazy) w.lazy_pages = run.lazy->work_dir();
   GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w, std::move(name_claim)));
   undo.Disarm();
   phases.Total();

@@ -7,6 +7,10 @@
 //   on (for tests that interleave two gpusnap processes).
 // - GPUSNAP_TEST_FAIL_AT=<step>: the step fails as a real failure would, with
 //   kInternal "injected failure at <step>", and the story undoes what it did.
+// - GPUSNAP_TEST_LAZY_PAGES_STOPPED=1: a `restore --lazy-pages` stops (SIGSTOP)
+//   its lazy-pages daemon once CRIU has restored the tree (at post-restore),
+//   before it copies any page in the background: the pages the tree has not
+//   faulted in cannot all be in before a test kills the daemon.
 #pragma once
 
 #include <string_view>

@@ -58,6 +58,7 @@ static Result<Workload> ReadRecord(const std::string& path) {
     w.restored_from = j.value("restored_from", "");
     w.standby = j.value("standby", false);
     w.store = j.value("store", "");
+    w.lazy_pages = j.value("lazy_pages", "");
   } catch (const json::exception& e) {
     return Status::Error(Code::kCorruption, "workload record `{}`: {}", path, e.what());
   }
@@ -70,6 +71,7 @@ static Status WriteRecord(const Workload& w) {
             {"cmdline", w.cmdline}, {"log", w.log}, {"started", w.started},       {"restored_from", w.restored_from}};
   if (w.standby) j["standby"] = true;  // absent: running, as in records older than standbys
   if (!w.store.empty()) j["store"] = w.store;
+  if (!w.lazy_pages.empty()) j["lazy_pages"] = w.lazy_pages;
   return WriteFileAtomic(RecordPath(w.name), j.dump(2) + "\n");
 }
 
