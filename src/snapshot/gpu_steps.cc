@@ -32,6 +32,10 @@ Result<std::vector<control::ShimProcess>> RestoreGpuProcesses(const GpuStep& ste
   if (step.preload != nullptr && step.preload->valid()) {
     Timed<Result<control::PreloadedMemory>> made = step.preload->get();
     phases.timings()["gpushare-preload"] = made.seconds;
+    if (made.value.ok()) {
+      phases.timings()["gpushare-preload-map"] = made.value->map_seconds();
+      phases.timings()["gpushare-preload-fill"] = made.value->fill_seconds();
+    }
     Status adopted = made.value.ok()
                          ? control::AdoptPreloaded(procs, *(preloaded = std::move(*made.value)), phases.timings())
                          : made.value.status();

@@ -23,9 +23,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "cuda/gpu_map.h"
 #include "cuda/gpus.h"
@@ -146,7 +148,9 @@ Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun&
     run.preload = control::StartPreload(run.driver->path(), store_root, gpu_dir, m.gpu->ns_pids,
                                         [map = run.gpu_map, here](const cuda::Uuid& uuid) {
                                           return cuda::OrdinalAfterMap(uuid, map, here);
-                                        });
+                                        },
+                                        std::chrono::milliseconds(0), {},
+                                        std::max(control::kPreloadThreadsBesideCriu, std::thread::hardware_concurrency()));
   GpuStep step{.driver = run.driver,
                .meta = &m,
                .gpu_pids = gpu_pids,

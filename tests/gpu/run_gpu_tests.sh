@@ -476,13 +476,51 @@ PY
   passed "$1"
 }
 
+# (f) Issue 15: the bench server as a production engine runs (a KV-cache pool
+# of most of the GPU, marked scratch; decode replayed from a CUDA graph)
+# under gpushare: checkpointed, restored as a standby that holds no GPU
+# memory, then woken: its answer must be the cold start's, which the static
+# engine can only give by replaying its graph.
+test_standby_server() {
+  local model=${GPU_TEST_MODEL:-1b} port=18411 json=$OUT/standby-bench.json kept store id sb_pid held
+  current="(f) the $model static-engine server (KV pool marked scratch, CUDA-graph decode) under gpushare: a standby holding no GPU memory, woken with the cold start's tokens"
+  PYTHON=${PYTHON:-python3} bash "$root/bench/run_bench.sh" --model "$model" --gpushare --engine static --cycles 1 \
+    --no-drop-caches --keep --port "$port" --gpusnap "$GPUSNAP" --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" \
+    --out "$json" >"$OUT/standby-bench.out" 2>&1 || { fail "run_bench.sh failed: $(grep -m3 FAILED "$OUT/standby-bench.out")"; return; }
+  kept=$(grep -m1 '^snapshots kept in ' "$OUT/standby-bench.out")
+  store=${kept#snapshots kept in }; store=${store%%: *}; id=${kept##* }
+  [ -n "$id" ] || { fail "run_bench.sh kept no snapshot"; return; }
+  GPUSNAP_STORE=$store gs restore "$id" --standby --name sbs || { fail "restore --standby failed"; return; }
+  sb_pid=$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print([w["pid"] for w in json.load(sys.stdin) if w["name"] == "sbs" and w["state"] == "standby"][0])') ||
+    { fail "ps does not show sbs as a standby"; return; }
+  reapers+=("$(reaper_of "$sb_pid")")
+  held=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c -w -e "$sb_pid" $(for c in $(cat "/proc/$sb_pid/task/$sb_pid/children"); do echo "-e $c"; done))
+  echo "INFO: standby sbs (pid $sb_pid): $held GPU process(es) seen by nvidia-smi"
+  [ "$held" = 0 ] || fail "the standby holds GPU memory"
+  GPUSNAP_STORE=$store python3 "$root/bench/client.py" --port "$port" --stream --exec -- "$GPUSNAP" --json wake sbs \
+    >"$OUT/standby-wake.json" || { fail "wake or its first answer failed"; return; }
+  python3 - "$json" "$OUT/standby-wake.json" "$port" <<'PY' || fail "the woken server's answer is not the cold start's"
+import json, sys, urllib.request
+cold = json.load(open(sys.argv[1]))["cold_start"]["answer"]
+woke = json.load(open(sys.argv[2]))
+info = json.load(urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[3]}/info", timeout=30))
+assert woke["answer"]["tokens"] == cold["tokens"], (woke["answer"]["tokens"][:8], cold["tokens"][:8])
+assert info["engine"] == "static" and info["cuda_graphs"] == 1, info
+print(f"woken: first token {woke['first_token_s']:.2f} s after `gpusnap wake`, the cold start's {len(cold['tokens'])} tokens "
+      f"from the CUDA graph; KV pool {info['kv_pool_bytes'] / 2**30:.1f} GiB, scratch {info.get('kv_scratch')}")
+PY
+  gs kill sbs
+  GPUSNAP_STORE=$store gs rm "$id" >/dev/null
+  passed "$1"
+}
+
 echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
   test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_gpushare_other_gpu
   test_gpushare_ipc test_gpushare_vmm_fd test_gpushare_release_failure test_gpushare_nccl test_gpushare_tp2 test_gpushare_tp4
-  test_llm_server_cycles"
+  test_llm_server_cycles test_standby_server"
 for t in ${GPU_TESTS:-$tests}; do
   $t "$failures"
 done

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string_view>
 
@@ -36,6 +37,9 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
     GPUSNAP_ASSIGN_OR_RETURN(ChunkManifest m, DecodeChunkManifest(bytes, t.manifest_path));
     manifests.push_back(std::move(m));
   }
+  auto since = [t = std::chrono::steady_clock::now()] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   std::map<int, abi::CUcontext> contexts;  // by this process's ordinal
   std::vector<DeviceRange> ranges;
   std::vector<const ChunkedAllocation*> sources;
@@ -80,7 +84,9 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
       out.bytes_ += a.size;
     }
   }
+  out.map_seconds_ = since();
   GPUSNAP_RETURN_IF_ERROR(FillFromChunks(d, store, ranges, sources, threads).Wrap("preload"));
+  out.fill_seconds_ = since() - out.map_seconds_;
   return out;
 }
 
@@ -95,12 +101,13 @@ PreloadedMemory::~PreloadedMemory() {
 
 PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
                             const std::vector<int>& ns_pids, PreloadDevice device_for,
-                            std::chrono::milliseconds arrival_wait, ChunkStore::Bringer bringer) {
+                            std::chrono::milliseconds arrival_wait, ChunkStore::Bringer bringer,
+                            unsigned default_threads) {
   const char* enabled = std::getenv("GPUSNAP_GPUSHARE_PRELOAD");
   if (enabled != nullptr && std::string_view(enabled) == "0") return {};
   std::vector<PreloadTarget> targets;
   for (int ns_pid : ns_pids) targets.push_back({ns_pid, ManifestPath(manifest_dir, {0, ns_pid, ""})});
-  unsigned threads = ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS", 12);
+  unsigned threads = ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS", default_threads);
   return Beside([libcuda, chunk_store, targets, device_for = std::move(device_for), threads, arrival_wait,
                  bringer = std::move(bringer)] {
     return PreloadedMemory::Make(libcuda, chunk_store, targets, device_for, threads, arrival_wait, bringer);

@@ -67,6 +67,9 @@ class PreloadedMemory {
   // on (and may take it).
   std::vector<PreloadedAllocation>& Of(int ns_pid) { return by_pid_[ns_pid]; }
   uint64_t bytes() const { return bytes_; }
+  // Where the preload's time went: making and mapping the memory, then filling it.
+  double map_seconds() const { return map_seconds_; }
+  double fill_seconds() const { return fill_seconds_; }
   size_t count() const { return mappings_.size(); }
 
  private:
@@ -81,20 +84,25 @@ class PreloadedMemory {
   std::vector<abi::CUdevice> retained_;  // primary contexts this object holds
   std::map<int, std::vector<PreloadedAllocation>> by_pid_;
   uint64_t bytes_ = 0;
+  double map_seconds_ = 0;
+  double fill_seconds_ = 0;
 };
+
+inline constexpr unsigned kPreloadThreadsBesideCriu = 12;
 
 // A preload running beside a restore's other steps (an invalid future: none).
 using PendingPreload = std::future<Timed<Result<PreloadedMemory>>>;
 
 // Starts PreloadedMemory::Make for the processes `ns_pids` (their manifests
 // in `manifest_dir`) on a thread of its own, with
-// GPUSNAP_GPUSHARE_PRELOAD_THREADS copy threads (12). With
+// GPUSNAP_GPUSHARE_PRELOAD_THREADS copy threads (else `threads`: 12 beside
+// CRIU, which needs cores of its own; a wake has the machine). With
 // GPUSNAP_GPUSHARE_PRELOAD=0 it starts nothing: the shims' load does it all.
 // `arrival_wait`: how long a chunk not yet in the store may take to arrive
 // (a restore that pulls as it goes; `bringer` says when the pull failed); 0: none.
 PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
                             const std::vector<int>& ns_pids, PreloadDevice device_for,
                             std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0),
-                            ChunkStore::Bringer bringer = {});
+                            ChunkStore::Bringer bringer = {}, unsigned threads = kPreloadThreadsBesideCriu);
 
 }  // namespace gpusnap::gpushare::control
