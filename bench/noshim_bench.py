@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from client import alive  # bench/client.py: the script's own folder is on the path
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
@@ -94,14 +96,6 @@ def read_rate(path):
                             break
                         total += len(b)
     return total / max(time.monotonic() - t, 1e-9)
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def end(pid):

@@ -25,17 +25,11 @@ import sys
 import tempfile
 import time
 
+from client import alive  # bench/client.py: the script's own folder is on the path
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 NAME = "wake-bench"
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 class Bench:

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "proc/proc.h"
+#include "util/child_fds.h"
 #include "util/files.h"
 
 namespace gpusnap::ns {
@@ -278,15 +279,7 @@ Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec) {
         ReportError(keep_status, "mounting /proc in the new namespace", errno);
         _exit(1);
       }
-      int null = ::open("/dev/null", O_RDWR);
-      if (null >= 0) {
-        ::dup2(null, 0);
-        ::dup2(null, 1);
-        ::dup2(null, 2);
-      }
-      ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-      ::fcntl(keep_status, F_SETFD, 0);
-      if (keep_hold >= 0) ::fcntl(keep_hold, F_SETFD, 0);
+      DetachStdio(-1, {keep_status, keep_hold});
       ::execv(argv[0], argv.data());
       ReportError(keep_status, "exec of the reaper", errno);
       _exit(1);

@@ -1,7 +1,6 @@
 #include "snapshot/lazy_pages.h"
 
 #include <fcntl.h>
-#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -21,6 +20,7 @@
 #include "criu/swrk.h"
 #include "gpusnap/workload.h"
 #include "proc/proc.h"
+#include "util/child_fds.h"
 #include "util/files.h"
 
 namespace gpusnap {
@@ -131,12 +131,7 @@ Status Keeper::StartDaemon() {
   pid_t d = ::fork();
   if (d < 0) return Status::Errno(errno, "fork");
   if (d == 0) {
-    int null = ::open("/dev/null", O_RDWR);
-    if (null >= 0) ::dup2(null, 0);
-    ::dup2(log >= 0 ? log : null, 1);
-    ::dup2(log >= 0 ? log : null, 2);
-    ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-    ::fcntl(keep, F_SETFD, 0);
+    DetachStdio(log, {keep});
     ::execv(argv[0], argv.data());
     _exit(127);
   }
@@ -322,14 +317,7 @@ Result<LazyPagesServer> LazyPagesServer::Start(const LazyPagesSpec& spec) {
     ::setsid();
     pid_t keeper = ::fork();
     if (keeper != 0) _exit(keeper < 0 ? 1 : 0);
-    int null = ::open("/dev/null", O_RDWR);
-    if (null >= 0) {
-      ::dup2(null, 0);
-      ::dup2(null, 1);
-      ::dup2(null, 2);
-    }
-    ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
-    ::fcntl(keep, F_SETFD, 0);
+    DetachStdio(-1, {keep});
     ::execv(argv[0], argv.data());
     _exit(127);
   }
