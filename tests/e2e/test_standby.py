@@ -13,16 +13,11 @@ import unittest
 import test_agent
 from harness import GPUSNAP, FakeGpuCase, WorkerSteps
 
-BUILD = os.path.dirname(GPUSNAP)
-FAKE_DIR = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(BUILD, "fakes"))
-WORKLOADS = os.environ.get("GPUSNAP_WORKLOADS", os.path.join(BUILD, "workloads"))
-WORKER = os.path.join(WORKLOADS, "vmm_worker")
-SHIM = os.path.join(BUILD, "libgpusnap_gpushare.so")
-MIB = 1 << 20
-# As test_gpushare_fake.py: 70, 6 (5 rounded up) and 64 MiB through the shim
-# (in the manifest), 1 MiB left to the driver (not in it).
-WORKER_ARGS = ["--mib", "70,5,1", "--zero-mib", "64", "--interval-ms", "20", "--full-every", "1"]
-MANIFEST_BYTES = (70 + 6 + 64) * MIB
+# The gpushare worker and its shape, as test_gpushare_fake.py runs it: 70, 6
+# (5 rounded up) and 64 MiB through the shim (in the manifest), 1 MiB left to
+# the driver (not in it).
+from test_gpushare_fake import FAKE_DIR, MIB, SHIM, WORKER, WORKER_ARGS  # noqa: E402
+from test_gpushare_fake import DEVICE_BYTES as MANIFEST_BYTES  # noqa: E402
 
 
 def task_states(pid):
