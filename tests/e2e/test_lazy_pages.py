@@ -17,6 +17,21 @@ import unittest
 from harness import WORKLOADS, FakeGpuCase, GpusnapCase
 from test_restore_into_container import PlaceholderCase
 
+BUNDLE = os.environ.get("GPUSNAP_CRIU", os.path.join(os.path.dirname(__file__), "../../build/criu-bundle"))
+
+
+def kernel_lazy_pages():
+    """Whether this kernel lets CRIU restore lazily (userfaultfd), asked of the bundle's CRIU."""
+    argv = [os.path.join(BUNDLE, "lib", "ld-linux-x86-64.so.2"), os.path.join(BUNDLE, "bin", "criu"), "check",
+            "--feature", "uffd-noncoop"]
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+NO_UFFD = None if kernel_lazy_pages() else "SKIPPED: this kernel offers CRIU no userfaultfd (criu check --feature uffd-noncoop)"
+
 MIB = 256  # the parent's; its child holds a quarter of it
 
 
@@ -127,6 +142,7 @@ class LazyPagesCase(LazyHelpers, GpusnapCase):
     pass
 
 
+@unittest.skipIf(NO_UFFD, NO_UFFD)
 class LazyRestore(LazyPagesCase):
     def test_the_memory_comes_back_as_a_plain_restore_brings_it(self):
         snap, before = self.checkpointed("mem")
@@ -156,6 +172,7 @@ class LazyRestore(LazyPagesCase):
         self.assert_no_fail_in_logs()
 
 
+@unittest.skipIf(NO_UFFD, NO_UFFD)
 class LazyPagesServerDies(LazyPagesCase):
     def test_before_criu_restores_the_restore_fails_and_leaves_nothing(self):
         snap, _ = self.checkpointed("mem", 64)
@@ -234,6 +251,7 @@ class LazyPagesRefused(LazyPagesCase):
         self.wait_memfill(pid, stamp_count(pid) + 3)
 
 
+@unittest.skipIf(NO_UFFD, NO_UFFD)
 class LazyRestoreWithFakeDriver(FakeGpuCase):
     def test_a_gpu_snapshot_restores_lazily(self):
         pid = self.run_gpu_counter("gpu")
@@ -254,6 +272,7 @@ class LazyRestoreWithFakeDriver(FakeGpuCase):
         self.assert_no_fail_in_logs()
 
 
+@unittest.skipIf(NO_UFFD, NO_UFFD)
 class LazyIntoPlaceholder(LazyHelpers, PlaceholderCase):
     def kill_children(self, init):
         """One round of ending what the placeholder holds (orphans come back to it); True once it holds nothing."""
