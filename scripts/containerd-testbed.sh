@@ -6,6 +6,7 @@
 #   containerd-testbed.sh image DIR [REF]     build the test image offline with buildah from
 #                                             scratch (busybox-static as /bin), import it (REF,
 #                                             default localhost/gpusnap-testbed:1)
+#   containerd-testbed.sh import DIR FILE REF an OCI archive (its manifest named by REF's tag) as REF
 #   containerd-testbed.sh run DIR ID [CMD...] run a container of that image with the overlayfs
 #                                             snapshotter (a real writable layer); prints its
 #                                             init's host pid
@@ -18,7 +19,7 @@
 set -euo pipefail
 
 die() { printf 'containerd-testbed: error: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '3,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,15p' "$0" | sed 's/^# \{0,1\}//'; }
 
 [ $# -ge 2 ] || { usage >&2; exit 2; }
 cmd=$1 dir=$2
@@ -64,9 +65,13 @@ EOF
     # The archive names its manifest by the tag alone; ctr prefixes the name.
     # (ctr 1.6's --index-name loses the index it writes now and then.)
     buildah_ commit -q --format oci "$b" "oci-archive:$dir/image.tar:${ref##*:}" >/dev/null
-    ctr_ images import --base-name "${ref%:*}" "$dir/image.tar" >/dev/null
-    ctr_ images ls -q | grep -qx "$ref" || die "the import of $dir/image.tar named no image $ref"
-    echo "$ref"
+    "$0" import "$dir" "$dir/image.tar" "$ref"
+    ;;
+  import)
+    [ $# -ge 2 ] || die "import needs an archive and a reference"
+    ctr_ images import --base-name "${2%:*}" "$1" >/dev/null
+    ctr_ images ls -q | grep -qx "$2" || die "the import of $1 named no image $2"
+    echo "$2"
     ;;
   run)
     [ $# -ge 1 ] || die "run needs a container id"
@@ -74,7 +79,10 @@ EOF
     shift
     ref=${TESTBED_IMAGE:-localhost/gpusnap-testbed:1}
     [ $# -gt 0 ] || set -- /bin/sleep 1000000
-    ctr_ run -d --snapshotter overlayfs "$ref" "$id" "$@" >"$dir/$id.out" 2>&1 ||
+    # TESTBED_MOUNTS: "src:dst ..." bind mounts, read-write
+    mounts=()
+    for m in ${TESTBED_MOUNTS:-}; do mounts+=(--mount "type=bind,src=${m%%:*},dst=${m#*:},options=rbind:rw"); done
+    ctr_ run -d --snapshotter overlayfs "${mounts[@]}" "$ref" "$id" "$@" >"$dir/$id.out" 2>&1 ||
       die "ctr run $id failed: $(tail -3 "$dir/$id.out")"
     ctr_ task ls | awk -v id="$id" '$1 == id { print $2 }'
     ;;
