@@ -50,7 +50,8 @@ fi
 version=$("$pack/gpusnap" version | awk 'NR == 1 { print $2 }')
 [ -n "$tag" ] || tag=localhost/gpusnap:${version:-dev}
 
-B=(buildah)
+# vfs: plain copies, nothing for the storage to mount (no fuse-overlayfs needed, any filesystem).
+B=(buildah --storage-driver vfs)
 [ -z "$storage" ] || B+=(--root "$storage/root" --runroot "$storage/run")
 ctr=$("${B[@]}" from scratch)
 trap '"${B[@]}" rm "$ctr" >/dev/null 2>&1 || true' EXIT

@@ -26,7 +26,7 @@ cmd=$1 dir=$2
 shift 2
 sock=$dir/containerd.sock
 ctr_() { ctr -a "$sock" "$@"; }
-buildah_() { buildah --root "$dir/buildah/root" --runroot "$dir/buildah/run" "$@"; }
+buildah_() { buildah --storage-driver vfs --root "$dir/buildah/root" --runroot "$dir/buildah/run" "$@"; }
 
 case "$cmd" in
   start)

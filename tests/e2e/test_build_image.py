@@ -63,9 +63,9 @@ class BuildImage(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         subprocess.run(["bash", TESTBED, "stop", cls.ctd], capture_output=True, timeout=300)
-        subprocess.run(["buildah", "--root", os.path.join(cls.tmp, "buildah", "root"), "--runroot",
-                        os.path.join(cls.tmp, "buildah", "run"), "rmi", "-a", "-f"], capture_output=True, timeout=300)
-        subprocess.run(["umount", "-R", os.path.join(cls.tmp, "buildah", "root", "overlay")], capture_output=True)
+        storage = os.path.join(cls.tmp, "buildah")
+        subprocess.run(["buildah", "--storage-driver", "vfs", "--root", os.path.join(storage, "root"), "--runroot",
+                        os.path.join(storage, "run"), "rmi", "-a", "-f"], capture_output=True, timeout=300)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def ctr_run(self, name, *argv, mounts=()):
