@@ -89,8 +89,10 @@ class BuildImage(unittest.TestCase):
         for f in ("bin/gpusnap", "lib/libgpusnap_gpushare.so", "criu-bundle/bin/criu"):
             self.assertTrue(os.path.exists(os.path.join(bundle, f)), f)
         self.assertTrue(os.path.isdir(os.path.join(host, "pods")))
+        # As on a node: no GPUSNAP_CRIU pointing elsewhere (the test suite sets one).
+        env = {k: v for k, v in os.environ.items() if k != "GPUSNAP_CRIU"}
         v = subprocess.run([os.path.join(bundle, "bin", "gpusnap"), "version"], capture_output=True, text=True,
-                           timeout=60)
+                           timeout=60, env=env)
         self.assertEqual(v.returncode, 0, v.stderr)
         self.assertIn(f"(bundle {os.path.join(bundle, 'criu-bundle')})", v.stdout)
 
