@@ -267,6 +267,18 @@ Result<RegistryAccess> Service::Access() const {
   return options_.registry();
 }
 
+RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request, const std::string& into_container) const {
+  RestoreOptions o;
+  o.store = store_.root();
+  o.criu_bundle = options_.criu_bundle;
+  o.timeout_s = options_.operation_timeout_s;
+  o.gpu_map = request.gpu_map;
+  o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
+  o.into_container = into_container;
+  o.standby = request.standby;
+  return o;
+}
+
 std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& request) {
   // Into a container: refused now (404, 409) unless it is an idle placeholder;
   // the restore checks again when it starts.
@@ -292,16 +304,9 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
   job.bytes_total = meta->total_bytes;
   job.restored_name = name;
 
-  RestoreOptions o;
+  RestoreOptions o = RestoreOptionsFor(request, into_container);
   o.id = meta->id;
-  o.store = store_.root();
   o.name = name;
-  o.criu_bundle = options_.criu_bundle;
-  o.timeout_s = options_.operation_timeout_s;
-  o.gpu_map = request.gpu_map;
-  o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
-  o.into_container = into_container;
-  o.standby = request.standby;
   return Launch(std::move(job), [this, o](Job& running) { return RunRestore(running.id, o); });
 }
 
@@ -365,14 +370,7 @@ std::variant<Accepted, Refused> Service::StartRestoreFromRegistry(const RestoreR
   job.transfer.emplace();
   job.transfer->reference = request.reference;
 
-  RestoreOptions o;
-  o.store = store_.root();
-  o.criu_bundle = options_.criu_bundle;
-  o.timeout_s = options_.operation_timeout_s;
-  o.gpu_map = request.gpu_map;
-  o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
-  o.into_container = into_container;
-  o.standby = request.standby;
+  RestoreOptions o = RestoreOptionsFor(request, into_container);
   return Launch(std::move(job), [this, o, request](Job& running) mutable -> Status {
     std::string id = running.id;
     // 1. What the store lacks of it, beside other jobs.

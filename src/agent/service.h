@@ -136,6 +136,10 @@ class Service {
   Result<std::string> PushToOfPod(const CheckpointRequest& request, const std::string& container_id) const;
   Status PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) EXCLUDES(mu_);
   Result<RegistryAccess> Access() const;
+  // What every restore this agent runs shares (the store, the bundle, its
+  // CRIU config, the timeout) and what the request asks (GPU map, container,
+  // standby); the id and the name are the caller's.
+  RestoreOptions RestoreOptionsFor(const RestoreRequest& request, const std::string& into_container) const;
   void OnProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   void OnTransferProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   // Under mu_: a job's records are written in the order of its changes.

@@ -95,7 +95,7 @@ using PendingPreload = std::future<Timed<Result<PreloadedMemory>>>;
 
 // Starts PreloadedMemory::Make for the processes `ns_pids` (their manifests
 // in `manifest_dir`) on a thread of its own, with
-// GPUSNAP_GPUSHARE_PRELOAD_THREADS copy threads (else `threads`: 12 beside
+// GPUSNAP_GPUSHARE_PRELOAD_THREADS copy threads (else `default_threads`: 12 beside
 // CRIU, which needs cores of its own; a wake has the machine). With
 // GPUSNAP_GPUSHARE_PRELOAD=0 it starts nothing: the shims' load does it all.
 // `arrival_wait`: how long a chunk not yet in the store may take to arrive
@@ -103,6 +103,6 @@ using PendingPreload = std::future<Timed<Result<PreloadedMemory>>>;
 PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
                             const std::vector<int>& ns_pids, PreloadDevice device_for,
                             std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0),
-                            ChunkStore::Bringer bringer = {}, unsigned threads = kPreloadThreadsBesideCriu);
+                            ChunkStore::Bringer bringer = {}, unsigned default_threads = kPreloadThreadsBesideCriu);
 
 }  // namespace gpusnap::gpushare::control
