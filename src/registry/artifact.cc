@@ -130,4 +130,12 @@ Result<Artifact> ParseManifest(std::string_view bytes, std::string_view media_ty
   return a;
 }
 
+std::vector<size_t> DistinctBlobs(const std::vector<Blob>& blobs) {
+  std::vector<size_t> first;
+  std::set<std::string_view> seen;
+  for (size_t i = 0; i < blobs.size(); ++i)
+    if (seen.insert(blobs[i].digest).second) first.push_back(i);
+  return first;
+}
+
 }  // namespace gpusnap::registry

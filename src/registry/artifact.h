@@ -67,4 +67,10 @@ Result<Artifact> ParseManifest(std::string_view bytes, std::string_view media_ty
 // Pure. "sha256:" + hex.
 std::string BlobDigest(std::string_view sha256_hex);
 
+// Pure. The index of the first blob of each digest, in order: files of the
+// same bytes are one blob, moved once. Pushing one digest from two threads at
+// once also races docker-registry's link files (a HEAD beside a mount of the
+// same digest answers 500 "invalid checksum digest format").
+std::vector<size_t> DistinctBlobs(const std::vector<Blob>& blobs);
+
 }  // namespace gpusnap::registry

@@ -65,4 +65,10 @@ TEST(ArtifactTest, RefusesWhatIsNotOurArtifactNamingWhy) {
 }
 
 }  // namespace
+TEST(ArtifactTest, DistinctBlobsKeepsTheFirstOfEachDigestInOrder) {
+  std::vector<Blob> blobs = {{"sha256:a", 1}, {"sha256:b", 2}, {"sha256:a", 1}, {"sha256:c", 3}, {"sha256:b", 2}};
+  EXPECT_EQ(DistinctBlobs(blobs), (std::vector<size_t>{0, 1, 3}));
+  EXPECT_TRUE(DistinctBlobs({}).empty());
+}
+
 }  // namespace gpusnap::registry

@@ -1,6 +1,6 @@
 // gpusnap push: a snapshot of the store to a registry, as the artifact of
-// artifact.h. Blobs first (each hashed, checked with HEAD, mounted or
-// uploaded), the manifest last: a registry never holds a manifest whose blobs
+// artifact.h. Blobs first (all hashed, then each digest once checked with
+// HEAD, mounted or uploaded), the manifest last: a registry never holds a manifest whose blobs
 // it lacks, and a push cut off part-way is completed by the next, which finds
 // the blobs already there.
 #include <fcntl.h>
@@ -38,16 +38,20 @@ struct PushItem {
   Blob blob;
 };
 
-Status PushOne(registry::RegistryClient& client, const std::string& repo, const std::string& mount_from,
-               PushItem& item, registry::TransferMeter& meter) {
+Status HashOne(PushItem& item) {
   if (item.path.empty()) {
     item.blob = {registry::BlobDigest(Sha256Hex(item.bytes)), item.bytes.size()};
-  } else {
-    GPUSNAP_ASSIGN_OR_RETURN(std::string hex, Sha256OfFile(item.path));
-    struct stat st{};
-    if (::stat(item.path.c_str(), &st) != 0) return Status::Errno(errno, "`{}`", item.path);
-    item.blob = {registry::BlobDigest(hex), static_cast<uint64_t>(st.st_size)};
+    return Status::Ok();
   }
+  GPUSNAP_ASSIGN_OR_RETURN(std::string hex, Sha256OfFile(item.path));
+  struct stat st{};
+  if (::stat(item.path.c_str(), &st) != 0) return Status::Errno(errno, "`{}`", item.path);
+  item.blob = {registry::BlobDigest(hex), static_cast<uint64_t>(st.st_size)};
+  return Status::Ok();
+}
+
+Status PushOne(registry::RegistryClient& client, const std::string& repo, const std::string& mount_from,
+               const PushItem& item, registry::TransferMeter& meter) {
   GPUSNAP_ASSIGN_OR_RETURN(bool there, client.HasBlob(repo, item.blob));
   if (!there && !mount_from.empty()) {
     GPUSNAP_ASSIGN_OR_RETURN(there, client.MountBlob(repo, mount_from, item.blob));
@@ -105,10 +109,8 @@ Result<TransferResult> Push(const PushOptions& o) {
   std::vector<PushItem> items;
   GPUSNAP_ASSIGN_OR_RETURN(std::string config, ReadFile(dir + "/" + SnapshotFiles::kMetaFile));
   items.push_back({"", config, {}});
-  uint64_t total = config.size();
   for (const auto& [path, d] : meta.files) {
     items.push_back({dir + "/" + path, "", {}});
-    total += d.size;
   }
   GPUSNAP_ASSIGN_OR_RETURN(std::set<std::string> chunks, registry::ChunksNamed(dir, meta));
   GPUSNAP_ASSIGN_OR_RETURN(auto chunk_store, gpushare::ChunkStore::Open(store.root()));
@@ -119,7 +121,6 @@ Result<TransferResult> Push(const PushOptions& o) {
     if (::stat(path.c_str(), &st) != 0)
       return Status::Errno(errno, "refusing to push `{}`: its chunk `{}`", meta.id, path);
     items.push_back({path, "", {}});
-    total += static_cast<uint64_t>(st.st_size);
   }
 
   // 2. The registry: reachable, and the credentials let us in.
@@ -129,10 +130,18 @@ Result<TransferResult> Push(const PushOptions& o) {
                                                                                    o.access.timeout_s}));
   GPUSNAP_RETURN_IF_ERROR(client->Ping().Wrap(fmt::format("push to `{}`", o.reference)));
 
-  // 3. The blobs the registry lacks, a few at a time.
-  registry::TransferMeter meter("push", o.progress, items.size(), total);
+  // 3. The blobs the registry lacks, a few at a time, each digest once.
   GPUSNAP_RETURN_IF_ERROR(registry::RunEach(items.size(), o.access.jobs, [&](size_t i) {
-                            return PushOne(*client, ref.repository, o.mount_from, items[i], meter);
+                            return HashOne(items[i]);
+                          }).Wrap(fmt::format("push of `{}`", meta.id)));
+  std::vector<registry::Blob> blobs;
+  for (const PushItem& item : items) blobs.push_back(item.blob);
+  std::vector<size_t> distinct = registry::DistinctBlobs(blobs);
+  uint64_t distinct_bytes = 0;
+  for (size_t i : distinct) distinct_bytes += blobs[i].size;
+  registry::TransferMeter meter("push", o.progress, distinct.size(), distinct_bytes);
+  GPUSNAP_RETURN_IF_ERROR(registry::RunEach(distinct.size(), o.access.jobs, [&](size_t i) {
+                            return PushOne(*client, ref.repository, o.mount_from, items[distinct[i]], meter);
                           }).Wrap(fmt::format("push of `{}` to `{}`", meta.id, o.reference)));
 
   // 4. The manifest, naming them all.
