@@ -189,6 +189,49 @@ TEST(RootfsDiffWriter, WhiteoutsAndOpaqueDirectoriesBecomeDeletedFiles) {
   EXPECT_EQ(*hidden, (std::vector<std::string>{"apt", "fresh"}));
 }
 
+// An archive made to escape (as a crafted snapshot would hold it): listed
+// without extracting, and refused naming the entries.
+TEST(RootfsDiffWriter, ACraftedArchiveIsRefusedBeforeAnythingIsWritten) {
+  TempDir tmp{"rootfs-writer"};
+  const std::string path = tmp.path() + "/rootfs-diff.tar";
+  struct archive* a = archive_write_new();
+  ASSERT_EQ(archive_write_set_format_pax_restricted(a), ARCHIVE_OK);
+  ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK);
+  auto add = [&](const char* name, mode_t type, const char* symlink, const std::string& data) {
+    struct archive_entry* e = archive_entry_new();
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_filetype(e, type);
+    archive_entry_set_perm(e, 0644);
+    if (symlink != nullptr) archive_entry_set_symlink(e, symlink);
+    archive_entry_set_size(e, static_cast<la_int64_t>(data.size()));
+    EXPECT_EQ(archive_write_header(a, e), ARCHIVE_OK) << archive_error_string(a);
+    if (!data.empty()) archive_write_data(a, data.data(), data.size());
+    archive_entry_free(e);
+  };
+  add("etc/app.conf", AE_IFREG, nullptr, "ok");
+  add("escape", AE_IFLNK, "/etc", "");
+  add("escape/cron.d/evil", AE_IFREG, nullptr, "* * * * * root sh");
+  add("../../outside", AE_IFREG, nullptr, "x");
+  ASSERT_EQ(archive_write_close(a), ARCHIVE_OK);
+  archive_write_free(a);
+
+  auto listed = ListArchive(path);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->size(), 4u);
+  ExtractionPlan plan = PlanExtraction(*listed, {"/escape/passwd"});
+  ASSERT_EQ(plan.refused.size(), 3u);
+  EXPECT_EQ(plan.refused[0].entry, "escape/cron.d/evil");
+  EXPECT_EQ(plan.refused[1].entry, "../../outside");
+  EXPECT_EQ(plan.refused[2].entry, "/escape/passwd");
+  Status st = PlanStatus(plan, "rootfs-diff.tar");
+  EXPECT_EQ(st.code(), Code::kCorruption);
+  EXPECT_NE(st.message().find("`escape/cron.d/evil` lies under `escape`, which the archive makes a symbolic link (to "
+                              "`/etc`)"),
+            std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find("(and 2 more refused); nothing was applied"), std::string::npos) << st.message();
+}
+
 TEST(RootfsDiffWriter, AnEntrySwappedForALinkIsNotFollowed) {
   TempDir tmp{"rootfs-writer"};
   const std::string upper = tmp.path() + "/upper";
