@@ -16,8 +16,8 @@ namespace gpusnap {
 // Major version: a reader refuses any other. Minor: fields added since, each
 // optional with a written default.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 5;  // 1.1: `gpu`; 1.2: `digest`; 1.3: `gpu.gpushare`; 1.4: `criu.listen_ports`;
-                                        // 1.5: `meta_sha256`
+inline constexpr int kSchemaMinor = 6;  // 1.1: `gpu`; 1.2: `digest`; 1.3: `gpu.gpushare`; 1.4: `criu.listen_ports`;
+                                        // 1.5: `meta_sha256`; 1.6: `capture_path`, `rootfs`
 
 // The largest pid the kernel hands out (PID_MAX_LIMIT, the ceiling of
 // /proc/sys/kernel/pid_max): a recorded pid or tid outside 1..this is corrupt.
@@ -62,6 +62,46 @@ struct SnapshotGpuState {
   std::string shim;                         // the shim library the processes loaded
 };
 
+// How the snapshot was captured (schema 1.6; docs/CAPTURE-PATHS.md). An
+// older snapshot reads as {"process", "process", ""}.
+struct CapturePathRecord {
+  std::string path = "process";       // what it holds: "process", "rootfs" or "both"
+  std::string requested = "process";  // what was asked: the same, or "auto"
+  std::string reason;                 // why `auto` chose `path` ("the tree holds an io_uring instance ...")
+  bool has_process() const { return path != "rootfs"; }
+  bool has_rootfs() const { return path != "process"; }
+};
+
+struct RootfsSkipped {
+  std::string path;    // container path
+  std::string reason;
+};
+
+struct RootfsCache {
+  std::string path;        // the directory in the container ("/root/.triton")
+  std::string file;        // its archive in the snapshot ("caches/0.tar")
+  bool mount = false;      // a mount point (a volume) rather than a directory of the root
+  uint64_t entries = 0;
+};
+
+// The container's filesystem part of a rootfs or both snapshot (schema 1.6).
+// No environment is recorded: it may hold secrets, and a restored command
+// runs with its placeholder container's own (the pod's) environment.
+struct RootfsRecord {
+  std::string image;                    // the image reference the container ran
+  std::string image_id;                 // its digest where the runtime recorded one, else empty
+  std::vector<std::string> command;     // the container's process args
+  std::string cwd;                      // and its working directory
+  std::string upper;                    // the overlay's upper directory, as found
+  std::vector<std::string> lowers;
+  std::vector<std::string> excluded;    // the patterns (defaults, mount points, the user's)
+  std::vector<std::string> excluded_paths;  // what they left out, topmost paths
+  std::vector<RootfsSkipped> skipped;
+  uint64_t entries = 0;                 // in rootfs-diff.tar
+  uint64_t deleted = 0;                 // in deleted.files
+  std::vector<RootfsCache> caches;
+};
+
 struct SnapshotMeta {
   int schema_major = kSchemaMajor;
   int schema_minor = kSchemaMinor;
@@ -80,6 +120,8 @@ struct SnapshotMeta {
   std::map<std::string, FileDigest> files;      // path relative to the snapshot dir
   std::map<std::string, double> timings_s;      // phase -> seconds
   std::optional<SnapshotGpuState> gpu;
+  CapturePathRecord capture_path;
+  std::optional<RootfsRecord> rootfs;  // set exactly when capture_path.has_rootfs()
 };
 
 // From schema 1.5 on, the JSON carries `meta_sha256`, the SHA-256 of its own

@@ -7,6 +7,9 @@
 //   spec.dump        OCI runtime spec ┘ checkpointctl reads it
 //   dump.log         CRIU's log of the dump (not digested: see below)
 //   stats-dump       CRIU's timing of the dump (likewise)
+//   rootfs-diff.tar  a rootfs capture: the container's  ┐ as CRI-O and
+//   deleted.files    writable layer and its deletions   ┘ checkpointctl name them
+//   caches/<n>.tar   one archive per cache directory (docs/CAPTURE-PATHS.md)
 #pragma once
 
 #include <string_view>
@@ -22,6 +25,9 @@ struct SnapshotFiles {
   static constexpr const char* kSpecDump = "spec.dump";
   static constexpr const char* kDumpLog = "dump.log";
   static constexpr const char* kStatsDump = "stats-dump";
+  static constexpr const char* kRootfsDiffTar = "rootfs-diff.tar";
+  static constexpr const char* kDeletedFiles = "deleted.files";
+  static constexpr const char* kCachesDir = "caches";
 
   // CRIU's own accounting, which it keeps writing after the post-dump
   // notification at which gpusnap publishes. They carry no state a restore

@@ -333,6 +333,62 @@ void ReadGpu(Reader& r, const json& j, SnapshotMeta& m) {
   m.gpu = gs;
 }
 
+bool IsCapturePath(const std::string& p) { return p == "process" || p == "rootfs" || p == "both"; }
+
+void ReadCapturePath(Reader& r, const json& j, SnapshotMeta& m) {
+  RequireSince(r, m, 6, j, "capture_path", "capture_path");
+  const json* c = r.Object(j, "", "capture_path", false);
+  if (c == nullptr) return;
+  CapturePathRecord& cp = m.capture_path;
+  r.String(*c, "capture_path", "path", cp.path);
+  r.String(*c, "capture_path", "requested", cp.requested);
+  r.String(*c, "capture_path", "reason", cp.reason, false);
+  if (r.ok() && !IsCapturePath(cp.path))
+    r.Fail(fmt::format("field `capture_path.path` is \"{}\", not \"process\", \"rootfs\" or \"both\"", cp.path));
+  if (r.ok() && cp.requested != "auto" && !IsCapturePath(cp.requested))
+    r.Fail(fmt::format("field `capture_path.requested` is \"{}\", not \"auto\", \"process\", \"rootfs\" or \"both\"",
+                       cp.requested));
+}
+
+void ReadRootfs(Reader& r, const json& j, SnapshotMeta& m) {
+  const json* f = r.Object(j, "", "rootfs", m.capture_path.has_rootfs());
+  if (f == nullptr) return;
+  if (!m.capture_path.has_rootfs())
+    return r.Fail(fmt::format("field `rootfs` is there, but capture_path.path is \"{}\"", m.capture_path.path));
+  RootfsRecord rf;
+  r.String(*f, "rootfs", "image", rf.image);
+  r.String(*f, "rootfs", "image_id", rf.image_id, false);
+  r.StringArray(*f, "rootfs", "command", rf.command);
+  if (r.ok() && rf.command.empty()) r.Fail("field `rootfs.command` is empty");
+  r.String(*f, "rootfs", "cwd", rf.cwd, false);
+  r.String(*f, "rootfs", "upper", rf.upper, false);
+  r.StringArray(*f, "rootfs", "lowers", rf.lowers, false);
+  r.StringArray(*f, "rootfs", "excluded", rf.excluded, false);
+  r.StringArray(*f, "rootfs", "excluded_paths", rf.excluded_paths, false);
+  r.Integer(*f, "rootfs", "entries", rf.entries, kBytes, false);
+  r.Integer(*f, "rootfs", "deleted", rf.deleted, kBytes, false);
+  r.Array(*f, "rootfs", "skipped", false, [&](const json& v, const std::string& name) {
+    if (!v.is_object()) return r.Fail(fmt::format("field `{}` is {}, not an object", name, v.type_name()));
+    RootfsSkipped sk;
+    r.String(v, name, "path", sk.path);
+    r.String(v, name, "reason", sk.reason, false);
+    rf.skipped.push_back(sk);
+  });
+  r.Array(*f, "rootfs", "caches", false, [&](const json& v, const std::string& name) {
+    if (!v.is_object()) return r.Fail(fmt::format("field `{}` is {}, not an object", name, v.type_name()));
+    RootfsCache c;
+    r.String(v, name, "path", c.path, true, /*nonempty=*/true);
+    r.String(v, name, "file", c.file, true, /*nonempty=*/true);
+    r.Bool(v, name, "mount", c.mount);
+    r.Integer(v, name, "entries", c.entries, kBytes, false);
+    if (r.ok() && !IsSafeFilePath(c.file)) r.Fail(fmt::format("field `{}.file` is an unsafe path `{}`", name, c.file));
+    if (r.ok() && (c.path.empty() || c.path[0] != '/'))
+      r.Fail(fmt::format("field `{}.path` is \"{}\", not an absolute container path", name, c.path));
+    rf.caches.push_back(c);
+  });
+  m.rootfs = std::move(rf);
+}
+
 Status Corrupt(const Reader& r) { return Status::Error(Code::kCorruption, "metadata: {}", r.failure()); }
 
 }  // namespace
@@ -392,6 +448,23 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
                               {"control_sockets", m.gpu->control_sockets},
                               {"shim", m.gpu->shim}};
   }
+  if (Since(m, 6)) {
+    j["capture_path"] = {{"path", m.capture_path.path},
+                         {"requested", m.capture_path.requested},
+                         {"reason", m.capture_path.reason}};
+    if (!m.capture_path.has_process()) j.erase("criu");
+  }
+  if (m.rootfs) {
+    const RootfsRecord& rf = *m.rootfs;
+    json skipped = json::array(), caches = json::array();
+    for (const auto& s : rf.skipped) skipped.push_back({{"path", s.path}, {"reason", s.reason}});
+    for (const auto& c : rf.caches)
+      caches.push_back({{"path", c.path}, {"file", c.file}, {"mount", c.mount}, {"entries", c.entries}});
+    j["rootfs"] = {{"image", rf.image},     {"image_id", rf.image_id},     {"command", rf.command},
+                   {"cwd", rf.cwd},         {"upper", rf.upper},           {"lowers", rf.lowers},
+                   {"excluded", rf.excluded}, {"excluded_paths", rf.excluded_paths}, {"skipped", skipped},
+                   {"entries", rf.entries}, {"deleted", rf.deleted},       {"caches", caches}};
+  }
   // Metadata of an older schema (an old snapshot shown by `inspect`, or sent
   // by the agent) is passed on as that schema wrote it, without the digest.
   if (m.schema_major > 1 || m.schema_minor >= 5) {
@@ -448,7 +521,9 @@ Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
   r.String(j, "", "hostname", m.hostname, false);
   r.String(j, "", "kernel", m.kernel, false);
   ReadSource(r, j, m);
-  ReadCriu(r, j, m);
+  ReadCapturePath(r, j, m);
+  // A rootfs-only snapshot holds no CRIU images: it has no CRIU version.
+  if (m.capture_path.has_process() || j.contains("criu")) ReadCriu(r, j, m);
   r.IntegerArray(j, "", "pids", m.pids, kPid, false);
   RequireSince(r, m, 2, j, "digest", "digest");
   r.String(j, "", "digest", m.digest, false, /*nonempty=*/true);
@@ -461,6 +536,7 @@ Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
     r.Fail(fmt::format("field `total_bytes` is {}, but the files add up to {}", m.total_bytes, sum));
   ReadTimings(r, j, m);
   ReadGpu(r, j, m);
+  ReadRootfs(r, j, m);
   if (!r.ok()) return Corrupt(r);
   return m;
 }

@@ -373,3 +373,97 @@ TEST(SnapshotMetaValidation, SyntaxErrorNamesTheBytePosition) {
 
 }  // namespace
 }  // namespace gpusnap
+
+// Issue 16: schema 1.6 records the capture path, and a rootfs snapshot's
+// filesystem part.
+namespace gpusnap {
+namespace {
+
+SnapshotMeta RootfsSample() {
+  SnapshotMeta m = Sample();
+  m.capture_path = {"rootfs", "auto", "the tree holds an io_uring instance (pid 4712, fd 5)"};
+  m.criu_version.clear();
+  m.pids.clear();
+  m.files.clear();
+  m.files["rootfs-diff.tar"] = {10240, std::string(64, 'b')};
+  m.files["caches/0.tar"] = {2048, std::string(64, 'c')};
+  m.total_bytes = 12288;
+  RootfsRecord rf;
+  rf.image = "localhost/app:1";
+  rf.command = {"/bin/app", "--serve"};
+  rf.cwd = "/srv";
+  rf.upper = "/var/lib/containerd/snapshots/31/fs";
+  rf.lowers = {"/var/lib/containerd/snapshots/12/fs"};
+  rf.excluded = {"/etc/hosts", "/tmp"};
+  rf.excluded_paths = {"/tmp"};
+  rf.skipped = {{"/run/app.sock", "a socket: the workload makes it again"}};
+  rf.entries = 7;
+  rf.deleted = 1;
+  rf.caches = {{"/cache", "caches/0.tar", true, 3}};
+  m.rootfs = rf;
+  return m;
+}
+
+TEST(SnapshotMeta16, ARootfsSnapshotRoundTripsWithoutCriu) {
+  std::string text = SnapshotMetaToJson(RootfsSample());
+  EXPECT_EQ(nlohmann::json::parse(text).count("criu"), 0u) << text;
+  auto parsed = SnapshotMetaFromJson(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->capture_path.path, "rootfs");
+  EXPECT_EQ(parsed->capture_path.requested, "auto");
+  EXPECT_EQ(parsed->capture_path.reason, RootfsSample().capture_path.reason);
+  ASSERT_TRUE(parsed->rootfs.has_value());
+  EXPECT_EQ(parsed->rootfs->image, "localhost/app:1");
+  EXPECT_EQ(parsed->rootfs->command, (std::vector<std::string>{"/bin/app", "--serve"}));
+  EXPECT_EQ(parsed->rootfs->cwd, "/srv");
+  EXPECT_EQ(parsed->rootfs->skipped.size(), 1u);
+  ASSERT_EQ(parsed->rootfs->caches.size(), 1u);
+  EXPECT_EQ(parsed->rootfs->caches[0].file, "caches/0.tar");
+  EXPECT_TRUE(parsed->rootfs->caches[0].mount);
+  EXPECT_EQ(parsed->rootfs->entries, 7u);
+}
+
+TEST(SnapshotMeta16, AProcessSnapshotRecordsItsPathAndNeedsCriu) {
+  auto parsed = SnapshotMetaFromJson(SnapshotMetaToJson(Sample()));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->capture_path.path, "process");
+  EXPECT_FALSE(parsed->rootfs.has_value());
+  nlohmann::json j = nlohmann::json::parse(SnapshotMetaToJson(Sample()));
+  j.erase("criu");
+  EXPECT_NE(RefusalOf(j).find("missing field `criu`"), std::string::npos) << RefusalOf(j);
+}
+
+TEST(SnapshotMeta16, MissingOrBadFieldsAreRefusedNamingThem) {
+  nlohmann::json j = nlohmann::json::parse(SnapshotMetaToJson(RootfsSample()));
+  auto edited = [&](auto edit) {
+    nlohmann::json e = j;
+    edit(e);
+    return RefusalOf(e);
+  };
+  EXPECT_NE(edited([](auto& e) { e.erase("capture_path"); }).find("missing field `capture_path` (required since schema 1.6)"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e["capture_path"]["path"] = "disk"; }).find("`capture_path.path` is \"disk\""),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e["capture_path"]["requested"] = "x"; }).find("`capture_path.requested`"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e.erase("rootfs"); }).find("missing field `rootfs`"), std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e["rootfs"]["command"] = nlohmann::json::array(); }).find("`rootfs.command` is empty"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e["rootfs"]["caches"][0]["file"] = "../x.tar"; }).find("unsafe path"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e["rootfs"]["caches"][0]["path"] = "cache"; }).find("not an absolute container path"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e["capture_path"]["path"] = "process"; e["criu"] = {{"version", "4.3"}, {"listen_ports", nlohmann::json::array()}}; })
+                .find("field `rootfs` is there, but capture_path.path is \"process\""),
+            std::string::npos);
+  // 1.5 snapshots read as process captures.
+  nlohmann::json old = nlohmann::json::parse(SnapshotMetaToJson(Sample()));
+  old.erase("capture_path");
+  old["schema_version"] = "1.5";
+  auto parsed = SnapshotMetaFromJson(Reseal(old));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->capture_path.path, "process");
+}
+
+}  // namespace
+}  // namespace gpusnap

@@ -26,8 +26,10 @@ mode_t ModeOf(std::filesystem::file_type t) {
   }
 }
 
-// The format's directories are at the top: checkpoint/ and gpu/.
-bool IsFormatDirectory(std::string_view path) { return path == SnapshotFiles::kCheckpointDir || path == SnapshotFiles::kGpuDir; }
+// The format's directories are at the top: checkpoint/, gpu/ and caches/.
+bool IsFormatDirectory(std::string_view path) {
+  return path == SnapshotFiles::kCheckpointDir || path == SnapshotFiles::kGpuDir || path == SnapshotFiles::kCachesDir;
+}
 
 }  // namespace
 
@@ -73,8 +75,8 @@ Result<std::vector<std::string>> CheckSnapshotEntries(const std::vector<Snapshot
     if (S_ISDIR(e.type)) {
       if (!IsFormatDirectory(e.path))
         return Status::Error(Code::kCorruption,
-                             "`{}` is a directory where the format has none (it has only `{}/` and `{}/`)", e.path,
-                             SnapshotFiles::kCheckpointDir, SnapshotFiles::kGpuDir);
+                             "`{}` is a directory where the format has none (it has only `{}/`, `{}/` and `{}/`)",
+                             e.path, SnapshotFiles::kCheckpointDir, SnapshotFiles::kGpuDir, SnapshotFiles::kCachesDir);
       continue;
     }
     if (!S_ISREG(e.type))
