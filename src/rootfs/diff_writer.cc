@@ -285,7 +285,8 @@ Result<std::vector<ArchiveEntry>> ListArchive(const std::string& tar_path) {
     struct archive_entry* e = nullptr;
     int r = archive_read_next_header(a.get(), &e);
     if (r == ARCHIVE_EOF) break;
-    if (r < ARCHIVE_WARN)
+    // A header that fails its checksum is ARCHIVE_RETRY: corrupt as well.
+    if (r == ARCHIVE_RETRY || r < ARCHIVE_WARN)
       return Status::Error(Code::kCorruption, "`{}` is no intact tar archive (after {} entries): {}", tar_path,
                            out.size(), ArchiveError(a.get()));
     ArchiveEntry entry;

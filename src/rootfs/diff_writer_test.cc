@@ -135,6 +135,29 @@ TEST(RootfsDiffWriter, ACutArchiveIsCorrupt) {
   EXPECT_EQ(ListArchive(tmp.path() + "/not.tar").status().code(), Code::kCorruption);
 }
 
+// libarchive answers a header that fails its checksum with ARCHIVE_RETRY,
+// again at every call: corrupt, not an entry to list (nor a loop).
+TEST(RootfsDiffWriter, AHeaderFailingItsChecksumIsCorrupt) {
+  TempDir tmp{"rootfs-writer"};
+  const std::string upper = tmp.path() + "/upper";
+  Write(upper + "/a", std::string(5000, 'a'));
+  Write(upper + "/b", "b");
+  auto tree = ScanUpperDir(upper, PathMatcher());
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  auto plan = DiffPlanOf(*tree, PathMatcher());
+  ASSERT_TRUE(plan.ok());
+  DiffFiles files{tmp.path() + "/rootfs-diff.tar", tmp.path() + "/deleted.files"};
+  ASSERT_TRUE(WriteRootfsDiff(upper, *tree, *plan, files).ok());
+  auto bytes = ReadFile(files.tar_path);
+  ASSERT_TRUE(bytes.ok());
+  std::string flipped = *bytes;
+  flipped[512 + 5120 + 1] ^= 0x5a;  // in the name of `b`, after `a`'s header and data
+  ASSERT_TRUE(WriteFileAtomic(files.tar_path, flipped).ok());
+  auto listed = ListArchive(files.tar_path);
+  EXPECT_EQ(listed.status().code(), Code::kCorruption) << listed.status().ToString();
+  EXPECT_NE(listed.status().message().find("(after 1 entries)"), std::string::npos) << listed.status().message();
+}
+
 // Whiteouts and an opaque directory, as overlayfs writes them: mknod of a
 // 0/0 character device and the trusted.overlay.opaque xattr need root.
 TEST(RootfsDiffWriter, WhiteoutsAndOpaqueDirectoriesBecomeDeletedFiles) {
