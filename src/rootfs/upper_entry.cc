@@ -51,6 +51,13 @@ std::string ContainerPath(std::string_view upper_relative_path) {
   return "/" + std::string(upper_relative_path);
 }
 
+std::string ContainerPathIn(std::string_view container_root, std::string_view relative_path) {
+  while (container_root.size() > 1 && container_root.back() == '/') container_root.remove_suffix(1);
+  if (relative_path.empty()) return std::string(container_root);
+  if (container_root.empty() || container_root == "/") return ContainerPath(relative_path);
+  return fmt::format("{}/{}", container_root, relative_path);
+}
+
 EntryDecision DecideUpperEntry(const UpperEntry& entry, std::string_view overlay_prefix) {
   auto has = [&](std::string_view name) { return entry.xattrs.count(std::string(overlay_prefix) + std::string(name)); };
   auto value = [&](std::string_view name) {

@@ -124,5 +124,13 @@ TEST(RootfsUpperEntry, AnOpaqueDirectoryDeletesWhatOnlyTheLowerLayersHold) {
   EXPECT_TRUE(OpaqueDeletions("d", {}, {}).empty());
 }
 
+TEST(RootfsUpperEntry, ContainerPathsOfATreeBeneathAContainerPath) {
+  EXPECT_EQ(ContainerPathIn("/", "etc/a"), "/etc/a");
+  EXPECT_EQ(ContainerPathIn("/", ""), "/");
+  EXPECT_EQ(ContainerPathIn("/root/.triton", "a/b"), "/root/.triton/a/b");
+  EXPECT_EQ(ContainerPathIn("/root/.triton/", "a"), "/root/.triton/a");
+  EXPECT_EQ(ContainerPathIn("/root/.triton//", ""), "/root/.triton");
+}
+
 }  // namespace
 }  // namespace gpusnap::rootfs
