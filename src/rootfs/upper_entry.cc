@@ -105,6 +105,28 @@ EntryDecision DecideUpperEntry(const UpperEntry& entry, std::string_view overlay
   return refuse(fmt::format("`{}` is a file of unknown type", path));
 }
 
+EntryDecision DecideCacheEntry(const UpperEntry& entry, std::string_view container_root) {
+  const std::string path = ContainerPathIn(container_root, entry.path);
+  switch (entry.kind) {
+    case FileKind::kRegular:
+    case FileKind::kDirectory:
+    case FileKind::kSymlink:
+      return {Disposition::kKeep, {}};
+    case FileKind::kSocket:
+      return {Disposition::kSkip, fmt::format("`{}` is a socket: it is no state, the workload binds it again", path)};
+    case FileKind::kFifo:
+      return {Disposition::kSkip, fmt::format("`{}` is a FIFO: it holds no data, the workload makes it again", path)};
+    case FileKind::kCharDevice:
+    case FileKind::kBlockDevice:
+      return {Disposition::kRefuse,
+              fmt::format("`{}` is a {} ({}:{}): a cache archive carries no device nodes into another container", path,
+                          FileKindName(entry.kind), entry.rdev_major, entry.rdev_minor)};
+    case FileKind::kUnknown:
+      break;
+  }
+  return {Disposition::kRefuse, fmt::format("`{}` is a file of unknown type", path)};
+}
+
 std::map<std::string, std::string> ArchivedXattrs(const std::map<std::string, std::string>& xattrs,
                                                   std::string_view overlay_prefix) {
   std::map<std::string, std::string> out;
