@@ -99,9 +99,8 @@ class Writer {
 
   // Streams the current entry's data from `a` into the file.
   Result<uint64_t> File(const std::string& path, const Meta& m, struct archive* a, struct archive_entry* e) {
-    GPUSNAP_ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(path, MissingParent::kMake));
+    GPUSNAP_ASSIGN_OR_RETURN(UniqueFd parent, RoomFor(path));
     const std::string leaf = LeafOf(path);
-    GPUSNAP_RETURN_IF_ERROR(Clear(parent.get(), leaf, path));
     UniqueFd fd(::openat(parent.get(), leaf.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!fd.valid()) return Status::Errno(errno, "`{}`: creating the file", path);
     uint64_t written = 0;
@@ -137,9 +136,8 @@ class Writer {
   }
 
   Status Symlink(const std::string& path, const std::string& target, const Meta& m) {
-    GPUSNAP_ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(path, MissingParent::kMake));
+    GPUSNAP_ASSIGN_OR_RETURN(UniqueFd parent, RoomFor(path));
     const std::string leaf = LeafOf(path);
-    GPUSNAP_RETURN_IF_ERROR(Clear(parent.get(), leaf, path));
     if (::symlinkat(target.c_str(), parent.get(), leaf.c_str()) != 0)
       return Status::Errno(errno, "`{}`: making the symbolic link", path);
     if (::fchownat(parent.get(), leaf.c_str(), m.uid, m.gid, AT_SYMLINK_NOFOLLOW) != 0)
@@ -157,12 +155,12 @@ class Writer {
 
   // `target`: the normalized path of the entry it links to.
   Status Hardlink(const std::string& path, const std::string& target) {
-    GPUSNAP_ASSIGN_OR_RETURN(UniqueFd target_parent, OpenParent(target, MissingParent::kFail));
-    GPUSNAP_ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(path, MissingParent::kMake));
+    Result<UniqueFd> target_parent = OpenParent(target, MissingParent::kFail);
+    if (!target_parent.ok()) return target_parent.status().Wrap(fmt::format("hard link `{}`", path));
+    GPUSNAP_ASSIGN_OR_RETURN(UniqueFd parent, RoomFor(path));
     const std::string leaf = LeafOf(path);
-    GPUSNAP_RETURN_IF_ERROR(Clear(parent.get(), leaf, path));
     // No AT_SYMLINK_FOLLOW: a link to a symbolic link is a link to the link.
-    if (::linkat(target_parent.get(), LeafOf(target).c_str(), parent.get(), leaf.c_str(), 0) != 0)
+    if (::linkat(target_parent->get(), LeafOf(target).c_str(), parent.get(), leaf.c_str(), 0) != 0)
       return Status::Errno(errno, "`{}`: linking it to `{}`", path, target);
     return Status::Ok();
   }
@@ -174,12 +172,11 @@ class Writer {
     const std::string leaf = LeafOf(path);
     GPUSNAP_ASSIGN_OR_RETURN(std::optional<EntryStat> st, StatEntry(parent.get(), leaf, path));
     if (!st) return false;
-    if (st->mount_point) return MountPoint(path, path);
-    GPUSNAP_RETURN_IF_ERROR(RemoveBeneath(parent.get(), leaf, path));
+    GPUSNAP_RETURN_IF_ERROR(Remove(parent.get(), leaf, path, *st));
     return true;
   }
 
-  // Each directory's mode and times, deepest last made first: after
+  // Each directory's mode and times, children before parents: after
   // everything made or removed in it, which would move its times.
   Status FinishDirectories() {
     for (auto d = directories_.rbegin(); d != directories_.rend(); ++d) {
@@ -195,19 +192,23 @@ class Writer {
   }
 
  private:
+  // How a message names `what`, met on the way to `entry` (or `entry` itself).
+  static std::string Whose(const std::string& what, const std::string& entry) {
+    return what == entry ? fmt::format("`{}`", entry) : fmt::format("`{}`: its parent `{}`", entry, what);
+  }
+
   static Status MountPoint(const std::string& what, const std::string& entry) {
-    std::string whose = what == entry ? fmt::format("`{}`", entry) : fmt::format("`{}`: its parent `{}`", entry, what);
     return Status::Error(Code::kFailedPrecondition,
                          "{} is a mount point (a volume) where the archive is applied; nothing is written into "
                          "another mount",
-                         whose);
+                         Whose(what, entry));
   }
 
   // Why `name` in `dir` (at path `what`) could not be opened as a directory
   // on the way to `entry`: `err` explained by what is there.
   static Status InTheWay(int dir, const std::string& name, const std::string& what, const std::string& entry,
                          int err) {
-    std::string whose = what == entry ? fmt::format("`{}`", entry) : fmt::format("`{}`: its parent `{}`", entry, what);
+    const std::string whose = Whose(what, entry);
     struct stat st;
     if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
       if (S_ISLNK(st.st_mode)) {
@@ -269,13 +270,17 @@ class Writer {
     return cur;
   }
 
-  // Makes room for `path` (`leaf` in `parent`), removing what is there.
-  Status Clear(int parent, const std::string& leaf, const std::string& path) {
-    GPUSNAP_ASSIGN_OR_RETURN(std::optional<EntryStat> st, StatEntry(parent, leaf, path));
-    return st ? Remove(parent, leaf, path, *st) : Status::Ok();
+  // The parent of `path`, made where missing, with what is at `path` removed.
+  Result<UniqueFd> RoomFor(const std::string& path) {
+    GPUSNAP_ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(path, MissingParent::kMake));
+    const std::string leaf = LeafOf(path);
+    GPUSNAP_ASSIGN_OR_RETURN(std::optional<EntryStat> st, StatEntry(parent.get(), leaf, path));
+    if (st) GPUSNAP_RETURN_IF_ERROR(Remove(parent.get(), leaf, path, *st));
+    return parent;
   }
 
-  // Likewise, but a directory there is kept: whether one was.
+  // What is at `leaf` in `parent` removed, unless it is a directory: whether
+  // one was kept.
   Result<bool> ClearButDirectory(int parent, const std::string& leaf, const std::string& path) {
     GPUSNAP_ASSIGN_OR_RETURN(std::optional<EntryStat> st, StatEntry(parent, leaf, path));
     if (!st) return false;
