@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/bounded_server.h"
+#include "agent/pod_annotations.h"
 #include "gpusnap/snapshot.h"
 #include "gpusnap/workload.h"
 #include "k8s/kubeconfig.h"
@@ -311,8 +312,8 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
   if (!o.service.log) o.service.log = [](const std::string& l) { std::fprintf(stderr, "[agent] %s\n", l.c_str()); };
   if (!o.kube.enabled && !o.kube.kubeconfig.empty())
     return Status::Error(Code::kInvalidArgument, "--kubeconfig is for --kube");
-  // The API server, for what the service asks of it: a pod's push-to, the
-  // registry's Secret.
+  // The API server, for what the service asks of it: a pod's annotations
+  // (and the capture path recorded back on it), the registry's Secret.
   std::shared_ptr<const k8s::KubeClient> kube;
   if (o.kube.enabled) {
     auto config = o.kube.kubeconfig.empty() ? k8s::LoadInClusterConfig() : k8s::LoadKubeconfig(o.kube.kubeconfig);
@@ -320,7 +321,8 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
     auto client = k8s::KubeClient::Create(std::move(*config));
     if (!client.ok()) return client.status().Wrap("kube");
     kube = std::move(*client);
-    o.service.pod_push_to = MakePodPushTo(kube);
+    o.service.pod = MakePodLookup(kube);
+    o.service.patch_pod = MakePodPatcher(kube);
   }
   GPUSNAP_ASSIGN_OR_RETURN(o.service.registry,
                            MakeRegistryAccess(o.registry, kube, RunDir() + "/agent", o.service.log));

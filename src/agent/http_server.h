@@ -14,8 +14,9 @@
 //
 // With kube.enabled, the agent also restores the placeholder pods of its node
 // (agent/placeholder_watcher.h) from Start() until Serve() returns, reads a
-// pod's gpusnap.io/push-to when it checkpoints it, and may take registry
-// credentials from a Secret (agent/registry_access.h).
+// pod's annotations when it checkpoints it and records the capture path on
+// it (agent/pod_annotations.h), and may take registry credentials from a
+// Secret (agent/registry_access.h).
 //
 // Thread-safety: Stop() may be called from any thread.
 #pragma once

@@ -120,6 +120,15 @@ std::string JobToJson(const Job& job) {
     if (job.kind == "restore") tj["alreadyPresent"] = t.already_present;
     j[job.kind == "restore" ? "pull" : "push"] = tj;
   }
+  if (job.capture_path) {
+    const JobCapturePath& c = *job.capture_path;
+    Json cj = {{"requested", c.requested}};
+    if (!c.path.empty()) cj["path"] = c.path;
+    if (!c.reason.empty()) cj["reason"] = c.reason;
+    j["capturePath"] = cj;
+  }
+  if (!job.restore_path.empty()) j["restorePath"] = job.restore_path;
+  if (!job.fallback_reason.empty()) j["fallbackReason"] = job.fallback_reason;
   if (!job.source.empty()) {
     Json procs = Json::array();
     for (const auto& p : job.source) procs.push_back({{"pid", p.pid}, {"startTime", p.start_time}});
@@ -197,6 +206,13 @@ Result<Job> JobFromJson(std::string_view text) {
       t.done = tj.value("done", false);
       job.transfer = std::move(t);
     }
+    if (j.contains("capturePath")) {
+      const Json& cj = j.at("capturePath");
+      if (!cj.is_object()) return Status::Error(Code::kCorruption, "job record: `capturePath` is not an object");
+      job.capture_path = JobCapturePath{cj.value("requested", ""), cj.value("path", ""), cj.value("reason", "")};
+    }
+    job.restore_path = j.value("restorePath", "");
+    job.fallback_reason = j.value("fallbackReason", "");
     for (const auto& p : j.value("source", Json::array())) {
       if (!p.is_object() || !p.contains("pid") || !p.contains("startTime"))
         return Status::Error(Code::kCorruption, "job record: a source without pid and startTime");

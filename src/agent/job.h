@@ -48,6 +48,15 @@ struct JobTransfer {
   bool done = false;
 };
 
+// A checkpoint's capture path (docs/CAPTURE-PATHS.md, "The matrix"): what
+// was asked when the job started, then what the checkpoint took and why.
+// Shown as the job's "capturePath".
+struct JobCapturePath {
+  std::string requested;  // "auto", "process", "rootfs" or "both"
+  std::string path;       // "process", "rootfs" or "both"; empty until the checkpoint has chosen
+  std::string reason;
+};
+
 struct Job {
   std::string id;                 // IsValidJobId
   std::string kind;               // "checkpoint", "restore" or "wake" (of a standby)
@@ -65,6 +74,9 @@ struct Job {
   std::string restored_name;      // restore, wake: its workload name
   std::vector<TrackedProcess> source;  // checkpoint: the tree when the job started
   std::optional<JobTransfer> transfer; // restore of a reference: its pull; checkpoint with push-to: its push
+  std::optional<JobCapturePath> capture_path;  // checkpoint
+  std::string restore_path;       // restore, once done: "process", or "rootfs" (a cold start with warm caches)
+  std::string fallback_reason;    // restore of a `both` snapshot by rootfs: why not as a process
 };
 
 // A phase ended (`done`) or moved `bytes`: the job's new phase/bytes/timings.

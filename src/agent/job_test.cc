@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 namespace gpusnap::agent {
 namespace {
 
@@ -113,6 +115,50 @@ TEST(AgentJob, RecordRoundTrips) {
   EXPECT_EQ(back->source[1].start_time, 1001u);
   EXPECT_EQ(back->restored_pid, 77);
   EXPECT_EQ(back->lock_key, "pid:42");
+}
+
+TEST(AgentJob, TheCapturePathIsShownAndRoundTrips) {
+  Job j = Running();
+  j.capture_path = JobCapturePath{"auto", "", ""};
+  // While the checkpoint runs: what was asked only.
+  auto shown = nlohmann::json::parse(JobToJson(j));
+  EXPECT_EQ(shown["capturePath"], nlohmann::json({{"requested", "auto"}}));
+  j.capture_path->path = "rootfs";
+  j.capture_path->reason = "the tree holds an io_uring instance (pid 12, fd 5)";
+  shown = nlohmann::json::parse(JobToJson(j));
+  EXPECT_EQ(shown["capturePath"], nlohmann::json({{"path", "rootfs"},
+                                                  {"requested", "auto"},
+                                                  {"reason", "the tree holds an io_uring instance (pid 12, fd 5)"}}));
+  auto back = JobFromJson(JobToJson(j));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  ASSERT_TRUE(back->capture_path.has_value());
+  EXPECT_EQ(back->capture_path->requested, "auto");
+  EXPECT_EQ(back->capture_path->path, "rootfs");
+  EXPECT_EQ(back->capture_path->reason, j.capture_path->reason);
+  // Records of agents before it have none.
+  EXPECT_FALSE(JobFromJson(R"({"id": "job-0123456789abcdef", "kind": "checkpoint", "state": "running"})")
+                   ->capture_path.has_value());
+  EXPECT_EQ(JobFromJson(R"({"id": "job-0123456789abcdef", "kind": "checkpoint", "state": "running",
+                            "capturePath": "rootfs"})")
+                .status()
+                .code(),
+            Code::kCorruption);
+}
+
+TEST(AgentJob, ARestoresPathAndFallbackAreShownAndRoundTrip) {
+  Job j = Running();
+  j.kind = "restore";
+  EXPECT_FALSE(nlohmann::json::parse(JobToJson(j)).contains("restorePath"));
+  j.restore_path = "rootfs";
+  j.fallback_reason = "process restore refused: the snapshot needs driver 580, this node has 570";
+  auto shown = nlohmann::json::parse(JobToJson(j));
+  EXPECT_EQ(shown["restorePath"], "rootfs");
+  EXPECT_EQ(shown["fallbackReason"], j.fallback_reason);
+  EXPECT_FALSE(shown.contains("capturePath"));
+  auto back = JobFromJson(JobToJson(j));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->restore_path, "rootfs");
+  EXPECT_EQ(back->fallback_reason, j.fallback_reason);
 }
 
 TEST(AgentJob, ForeignRecordsAreCorruption) {

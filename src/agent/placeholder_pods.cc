@@ -135,6 +135,8 @@ json RecordPatch(const RestoreRecord& record, std::string_view resource_version)
                    {{std::string(kAnnotationRestoreStatus), record.status},
                     {std::string(kAnnotationRestoreJob), OrNull(record.job)},
                     {std::string(kAnnotationRestoreError), OrNull(Cut(record.error, 4000))},
+                    {std::string(kAnnotationRestorePath), OrNull(record.path)},
+                    {std::string(kAnnotationRestoreFallbackReason), OrNull(Cut(record.fallback_reason, 4000))},
                     {std::string(kAnnotationRestoreProgress), nullptr}}}}}};
   if (!resource_version.empty()) patch["metadata"]["resourceVersion"] = resource_version;
   return patch;

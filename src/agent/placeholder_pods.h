@@ -13,6 +13,10 @@
 //   gpusnap.io/restore-error     why it failed (failed only)
 //   gpusnap.io/restore-progress  while a reference is pulled and restored: how far
 //                                (RestoreProgress); removed with the result
+//   gpusnap.io/restore-path      restored only: process, or rootfs (a cold start
+//                                with warm caches)
+//   gpusnap.io/restore-fallback-reason  why a `both` snapshot was not restored as a
+//                                process
 // The agent sets restoring before it starts the job, with the pod's
 // resourceVersion as a precondition, so a pod is restored at most once, also
 // across agent restarts. A pod with any status is never restored again;
@@ -35,6 +39,8 @@ inline constexpr std::string_view kAnnotationRestoreStatus = "gpusnap.io/restore
 inline constexpr std::string_view kAnnotationRestoreJob = "gpusnap.io/restore-job";
 inline constexpr std::string_view kAnnotationRestoreError = "gpusnap.io/restore-error";
 inline constexpr std::string_view kAnnotationRestoreProgress = "gpusnap.io/restore-progress";
+inline constexpr std::string_view kAnnotationRestorePath = "gpusnap.io/restore-path";
+inline constexpr std::string_view kAnnotationRestoreFallbackReason = "gpusnap.io/restore-fallback-reason";
 inline constexpr std::string_view kStatusRestoring = "restoring";
 inline constexpr std::string_view kStatusRestored = "restored";
 inline constexpr std::string_view kStatusFailed = "failed";
@@ -82,6 +88,9 @@ struct RestoreRecord {
   std::string status;  // kStatusRestoring, kStatusRestored or kStatusFailed
   std::string job;     // empty: removed
   std::string error;   // empty: removed
+  // Restored only; empty: removed. Defaulted: most records have neither.
+  std::string path{};
+  std::string fallback_reason{};
 };
 // A merge patch that sets the annotations of `record` (and removes the
 // progress). With a resource version, the patch applies only to that version

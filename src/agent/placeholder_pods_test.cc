@@ -245,6 +245,21 @@ TEST(RecordPatch, ResultWithoutPrecondition) {
   EXPECT_EQ(a["gpusnap.io/restore-error"], "no snapshot `x`");
 }
 
+TEST(RecordPatch, ARootfsRestoreSaysSoAndWhy) {
+  json pod = Placeholder();
+  RestoreRecord restored{std::string(kStatusRestored), "job-2222222222222222", ""};
+  restored.path = "rootfs";
+  restored.fallback_reason = "process restore refused: the snapshot needs driver 580, this node has 570";
+  pod.merge_patch(RecordPatch(restored));
+  const json& a = pod["metadata"]["annotations"];
+  EXPECT_EQ(a["gpusnap.io/restore-path"], "rootfs");
+  EXPECT_EQ(a["gpusnap.io/restore-fallback-reason"], restored.fallback_reason);
+  // A new attempt's claim clears them.
+  pod.merge_patch(RecordPatch({std::string(kStatusRestoring), "", ""}, "4712"));
+  EXPECT_FALSE(a.contains("gpusnap.io/restore-path"));
+  EXPECT_FALSE(a.contains("gpusnap.io/restore-fallback-reason"));
+}
+
 TEST(RecordPatch, LongErrorsAreCut) {
   json patch = RecordPatch({std::string(kStatusFailed), "", std::string(10000, 'e')});
   EXPECT_EQ(patch["metadata"]["annotations"]["gpusnap.io/restore-error"].get<std::string>().size(), 4000u);

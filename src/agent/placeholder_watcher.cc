@@ -314,12 +314,21 @@ struct PlaceholderWatcher::Impl {
                                               t.reference, t.digest, t.blobs_moved, t.blobs,
                                               HumanBytes(t.bytes_moved));
     }
+    // A rootfs restore is a cold start: the pod's readers should know.
+    std::string how = job.restore_path != "rootfs"     ? ""
+                      : job.fallback_reason.empty() ? "; by the rootfs path (a cold start)"
+                                                    : "; by the rootfs path, not as a process: " + job.fallback_reason;
     std::string message =
-        ok ? fmt::format("restored {} into container {} (pid {} on the node) in {:.2f} s: job {}", what, p.container,
-                         job.restored_pid, job.timings_s.count("total") ? job.timings_s.at("total") : 0.0, job.id)
+        ok ? fmt::format("restored {} into container {} (pid {} on the node) in {:.2f} s: job {}{}", what,
+                         p.container, job.restored_pid, job.timings_s.count("total") ? job.timings_s.at("total") : 0.0,
+                         job.id, how)
            : fmt::format("restore of {} failed: {} (job {})", what, job.error, job.id);
-    Record(p, RestoreRecord{std::string(ok ? kStatusRestored : kStatusFailed), job.id, ok ? "" : job.error}, ok,
-           message, 0);
+    RestoreRecord record{std::string(ok ? kStatusRestored : kStatusFailed), job.id, ok ? "" : job.error};
+    if (ok) {
+      record.path = job.restore_path;
+      record.fallback_reason = job.fallback_reason;
+    }
+    Record(p, record, ok, message, 0);
   }
 
   // A previous agent claimed the pod: record what became of its job.

@@ -136,16 +136,4 @@ Result<std::function<Result<RegistryAccess>()>> MakeRegistryAccess(const Registr
   });
 }
 
-std::function<Result<std::string>(const container::PodRef&)> MakePodPushTo(
-    std::shared_ptr<const k8s::KubeClient> kube) {
-  return [kube](const container::PodRef& pod) -> Result<std::string> {
-    auto object = kube->Get(fmt::format("/api/v1/namespaces/{}/pods/{}", pod.namespace_name, pod.name));
-    // A pod the API server does not know (a static pod's mirror, a test's
-    // container) asks for nothing.
-    if (!object.ok() && object.status().code() == Code::kNotFound) return std::string();
-    if (!object.ok()) return object.status();
-    return PushToOfPod(*object);
-  };
-}
-
 }  // namespace gpusnap::agent

@@ -12,8 +12,8 @@
 // file as it was, and says so in the log. The credentials themselves are
 // never logged nor put in an error.
 //
-// The pod lookup gives a pod's gpusnap.io/push-to (k8s/mutate.h), checked as
-// a registry reference.
+// A pod's gpusnap.io/push-to (k8s/mutate.h) is checked as a registry
+// reference (agent/pod_annotations.h reads it with the pod's other settings).
 #pragma once
 
 #include <functional>
@@ -23,7 +23,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "container/containers.h"
 #include "gpusnap/distribution.h"
 #include "gpusnap/status.h"
 #include "k8s/kube_client.h"
@@ -56,8 +55,5 @@ Result<std::string> PushToOfPod(const nlohmann::json& pod);
 Result<std::function<Result<RegistryAccess>()>> MakeRegistryAccess(
     const RegistrySettings& settings, std::shared_ptr<const k8s::KubeClient> kube, const std::string& run_dir,
     std::function<void(const std::string&)> log);
-
-// What ServiceOptions::pod_push_to asks for: the pod read from the API server.
-std::function<Result<std::string>(const container::PodRef&)> MakePodPushTo(std::shared_ptr<const k8s::KubeClient> kube);
 
 }  // namespace gpusnap::agent

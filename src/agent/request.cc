@@ -11,6 +11,8 @@
 
 #include "gpusnap/snapshot.h"
 #include "gpusnap/workload.h"
+#include "rootfs/exclusions.h"
+#include "snapshot/capture_path.h"
 #include "store/registry_reference.h"
 
 namespace gpusnap::agent {
@@ -146,11 +148,77 @@ std::optional<ApiError> CheckReference(std::string_view field, const std::string
   return std::nullopt;
 }
 
+// An array of strings in field `key`; nullopt when absent.
+std::variant<std::optional<std::vector<std::string>>, ApiError> GetStrings(const Json& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return std::nullopt;
+  if (!it->is_array())
+    return Bad(fmt::format("field `{}` must be an array of strings, got {}", key, it->type_name()));
+  std::vector<std::string> out;
+  for (const auto& v : *it) {
+    if (!v.is_string()) return Bad(fmt::format("`{}` holds {}, not a string", key, v.dump()));
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+std::optional<ApiError> BadOf(const Status& st) {
+  if (st.ok()) return std::nullopt;
+  return Bad(st.message());
+}
+
+// The checks both lists share: how many, control characters, a path twice.
+Status CheckList(std::string_view where, const std::vector<std::string>& items, std::string_view what) {
+  if (items.size() > kMaxRootfsPaths)
+    return Status::Error(Code::kInvalidArgument, "{}: {} {}, at most {} are taken", where, items.size(), what,
+                         kMaxRootfsPaths);
+  std::set<std::string_view> seen;
+  for (const auto& item : items) {
+    if (item.size() > 4096) return Status::Error(Code::kInvalidArgument, "{}: a path over 4096 bytes", where);
+    auto control = [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; };
+    if (std::any_of(item.begin(), item.end(), control))
+      return Status::Error(Code::kInvalidArgument, "{}: `{}` holds a control character", where, Printable(item));
+    if (!seen.insert(item).second)
+      return Status::Error(Code::kInvalidArgument, "{}: `{}` is given twice", where, item);
+  }
+  return Status::Ok();
+}
+
 bool IsHex(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 }  // namespace
+
+Status CheckCaches(std::string_view where, const std::vector<std::string>& caches) {
+  GPUSNAP_RETURN_IF_ERROR(CheckList(where, caches, "caches"));
+  for (const auto& path : caches) {
+    auto refuse = [&](std::string_view why) {
+      return Status::Error(Code::kInvalidArgument, "{}: `{}` {}", where, path, why);
+    };
+    if (path.empty() || path[0] != '/') return refuse("is not an absolute container path");
+    bool below_root = false;
+    size_t start = 0;
+    while (start < path.size()) {
+      size_t slash = path.find('/', start);
+      std::string_view part = std::string_view(path).substr(start, slash == std::string::npos ? slash : slash - start);
+      if (part == "." || part == "..") return refuse("holds a `.` or `..` component");
+      if (!part.empty()) below_root = true;
+      if (slash == std::string::npos) break;
+      start = slash + 1;
+    }
+    if (!below_root) return refuse("is the root: a cache is a directory under it");
+  }
+  return Status::Ok();
+}
+
+Status CheckExclusions(std::string_view where, const std::vector<std::string>& patterns) {
+  GPUSNAP_RETURN_IF_ERROR(CheckList(where, patterns, "patterns"));
+  // The capture's own rule, so that what is taken here is taken there.
+  if (auto matcher = rootfs::PathMatcher::Make(patterns); !matcher.ok())
+    return Status::Error(Code::kInvalidArgument, "{}: {}", where, matcher.status().message());
+  return Status::Ok();
+}
 
 bool IsDns1123Label(std::string_view s) {
   if (s.empty() || s.size() > 63) return false;
@@ -272,7 +340,10 @@ std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_vie
   auto parsed = ParseObject(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const Json& doc = std::get<Json>(parsed);
-  if (auto e = OnlyKnownFields(doc, {"pid", "container", "pod", "leaveRunning", "snapshotId", "pushTo"}, ""))
+  if (auto e = OnlyKnownFields(doc,
+                               {"pid", "container", "pod", "leaveRunning", "snapshotId", "pushTo", "capturePath",
+                                "caches", "exclude", "image"},
+                               ""))
     return *e;
 
   CheckpointRequest req;
@@ -311,6 +382,31 @@ std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_vie
   if (auto e = GetString(doc, "pushTo", "", req.push_to)) return *e;
   if (doc.contains("pushTo"))
     if (auto e = CheckReference("pushTo", req.push_to)) return *e;
+  if (auto e = GetString(doc, "capturePath", "", req.capture_path)) return *e;
+  if (doc.contains("capturePath") && !IsCapturePathName(req.capture_path))
+    return Bad(fmt::format("`capturePath` `{}` is not a capture path: expected auto, process, rootfs or both",
+                           Printable(req.capture_path)));
+  for (auto [key, list] : {std::pair{"caches", &req.caches}, std::pair{"exclude", &req.exclude}}) {
+    auto got = GetStrings(doc, key);
+    if (auto* e = std::get_if<ApiError>(&got)) return *e;
+    *list = std::get<0>(std::move(got));
+  }
+  if (req.caches)
+    if (auto e = BadOf(CheckCaches("`caches`", *req.caches))) return *e;
+  if (req.exclude)
+    if (auto e = BadOf(CheckExclusions("`exclude`", *req.exclude))) return *e;
+  if (auto e = GetString(doc, "image", "", req.image)) return *e;
+  if (doc.contains("image")) {
+    auto space = [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; };
+    if (req.image.empty() || req.image.size() > 1024 || std::any_of(req.image.begin(), req.image.end(), space))
+      return Bad(fmt::format("`image` `{}` is not an image reference (1-1024 characters, no spaces)",
+                             Printable(req.image)));
+  }
+  // The rootfs capture's settings with a capture that takes no rootfs say
+  // two things at once.
+  auto some = [](const std::optional<std::vector<std::string>>& list) { return list && !list->empty(); };
+  if (req.capture_path == "process" && (some(req.caches) || some(req.exclude) || !req.image.empty()))
+    return Bad("`caches`, `exclude` and `image` are for the rootfs capture: `capturePath` `process` takes none");
   return req;
 }
 

@@ -41,7 +41,23 @@ struct CheckpointRequest {
   bool leave_running = false;
   std::string snapshot_id;      // empty: generated
   std::string push_to;          // a registry reference the snapshot is pushed to once captured; empty: none
+  // The capture path (docs/CAPTURE-PATHS.md, "The matrix") and what the
+  // rootfs capture takes. Unset, each comes from the pod's annotation, else
+  // the agent's default (auto; no caches, no exclusions beyond the defaults).
+  std::string capture_path;     // "auto", "process", "rootfs" or "both"; empty: unset
+  std::optional<std::vector<std::string>> caches;   // container paths of cache directories
+  std::optional<std::vector<std::string>> exclude;  // patterns as rootfs::PathMatcher takes them
+  std::string image;            // the container's image; empty: its OCI bundle's annotation
 };
+
+// How many caches, and how many exclusions, one checkpoint may name.
+inline constexpr size_t kMaxRootfsPaths = 16;
+// kInvalidArgument naming `where` and the value: more than kMaxRootfsPaths,
+// a path twice, a cache that is not an absolute container path under the
+// root without `.` and `..` components, a pattern rootfs::PathMatcher
+// refuses, or control characters in either.
+Status CheckCaches(std::string_view where, const std::vector<std::string>& caches);
+Status CheckExclusions(std::string_view where, const std::vector<std::string>& patterns);
 
 // POST /v1/restores. An empty target_container means a fresh namespace.
 // The body's `snapshot` is a snapshot id or a registry reference (it holds a

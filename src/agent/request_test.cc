@@ -225,6 +225,90 @@ TEST(AgentCheckpointRequest, PushTo) {
             std::string::npos);
 }
 
+TEST(AgentCheckpointRequest, CapturePathAndTheRootfsSettings) {
+  auto r = CheckpointOk(R"({"pid": 4711, "capturePath": "both", "caches": ["/root/.cache/huggingface", "/root/.triton"],
+                            "exclude": ["/tmp", "/**/__pycache__"], "image": "registry.example/ml/vllm:0.6.3"})");
+  EXPECT_EQ(r.capture_path, "both");
+  ASSERT_TRUE(r.caches.has_value());
+  EXPECT_EQ(*r.caches, (std::vector<std::string>{"/root/.cache/huggingface", "/root/.triton"}));
+  ASSERT_TRUE(r.exclude.has_value());
+  EXPECT_EQ(*r.exclude, (std::vector<std::string>{"/tmp", "/**/__pycache__"}));
+  EXPECT_EQ(r.image, "registry.example/ml/vllm:0.6.3");
+  for (const char* path : {"auto", "process", "rootfs"})
+    EXPECT_EQ(CheckpointOk(fmt::format(R"({{"pid": 4711, "capturePath": "{}"}})", path)).capture_path, path);
+  // Unset is not the same as empty: an empty list overrides a pod's.
+  auto unset = CheckpointOk(R"({"pid": 4711})");
+  EXPECT_EQ(unset.capture_path, "");
+  EXPECT_FALSE(unset.caches.has_value());
+  EXPECT_FALSE(unset.exclude.has_value());
+  auto empty = CheckpointOk(R"({"pid": 4711, "caches": [], "exclude": []})");
+  ASSERT_TRUE(empty.caches.has_value());
+  EXPECT_TRUE(empty.caches->empty());
+  ASSERT_TRUE(empty.exclude.has_value());
+  // The empty lists say nothing a process capture could contradict.
+  EXPECT_EQ(CheckpointOk(R"({"pid": 4711, "capturePath": "process", "caches": []})").capture_path, "process");
+}
+
+TEST(AgentCheckpointRequest, ABadCapturePathIsNamed) {
+  auto e = CheckpointError(R"({"pid": 4711, "capturePath": "fast"})");
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.message, "`capturePath` `fast` is not a capture path: expected auto, process, rootfs or both");
+  EXPECT_NE(CheckpointError(R"({"pid": 4711, "capturePath": ""})").message.find("`capturePath` `` is not"),
+            std::string::npos);
+  EXPECT_NE(CheckpointError(R"({"pid": 4711, "capturePath": "Rootfs"})").message.find("`Rootfs`"), std::string::npos);
+  EXPECT_NE(CheckpointError(R"({"pid": 4711, "capturePath": true})").message.find("`capturePath` must be a string"),
+            std::string::npos);
+}
+
+TEST(AgentCheckpointRequest, BadCachesAreRefusedNamingThePath) {
+  auto message = [](const std::string& caches) {
+    return CheckpointError(R"({"pid": 4711, "caches": )" + caches + "}").message;
+  };
+  EXPECT_EQ(message(R"(["root/.cache"])"), "`caches`: `root/.cache` is not an absolute container path");
+  EXPECT_EQ(message(R"(["/root/../etc"])"), "`caches`: `/root/../etc` holds a `.` or `..` component");
+  EXPECT_EQ(message(R"(["/root/./x"])"), "`caches`: `/root/./x` holds a `.` or `..` component");
+  EXPECT_EQ(message(R"(["/.."])"), "`caches`: `/..` holds a `.` or `..` component");
+  EXPECT_EQ(message(R"(["/"])"), "`caches`: `/` is the root: a cache is a directory under it");
+  EXPECT_EQ(message(R"(["//"])"), "`caches`: `//` is the root: a cache is a directory under it");
+  EXPECT_EQ(message(R"([""])"), "`caches`: `` is not an absolute container path");
+  EXPECT_EQ(message(R"(["/a", "/a"])"), "`caches`: `/a` is given twice");
+  EXPECT_EQ(message(R"(["/a\nb"])"), "`caches`: `/a\\x0ab` holds a control character");
+  EXPECT_EQ(message(R"("/a")"), "field `caches` must be an array of strings, got string");
+  EXPECT_EQ(message(R"(["/a", 3])"), "`caches` holds 3, not a string");
+  std::string many = "[";
+  for (size_t i = 0; i <= kMaxRootfsPaths; ++i) many += fmt::format("{}\"/c{}\"", i ? "," : "", i);
+  EXPECT_EQ(message(many + "]"), "`caches`: 17 caches, at most 16 are taken");
+  // What is accepted: under the root, doubled or trailing slashes as given.
+  EXPECT_EQ(CheckpointOk(R"({"pid": 4711, "caches": ["/a//b/"]})").caches->at(0), "/a//b/");
+}
+
+TEST(AgentCheckpointRequest, BadExclusionsAreRefusedAsTheCaptureWould) {
+  auto message = [](const std::string& exclude) {
+    return CheckpointError(R"({"pid": 4711, "exclude": )" + exclude + "}").message;
+  };
+  EXPECT_EQ(message(R"(["tmp"])"), "`exclude`: excluded path `tmp` is not an absolute path");
+  EXPECT_EQ(message(R"(["/a/../b"])"), "`exclude`: excluded path `/a/../b` holds a `.` or `..` component");
+  EXPECT_NE(message(R"(["/a**b"])").find("`**` inside a component"), std::string::npos);
+  EXPECT_NE(message(R"(["/**"])").find("would exclude the whole root"), std::string::npos);
+  EXPECT_EQ(message(R"(["/tmp", "/tmp"])"), "`exclude`: `/tmp` is given twice");
+  EXPECT_EQ(message(R"({"/tmp": true})"), "field `exclude` must be an array of strings, got object");
+}
+
+TEST(AgentCheckpointRequest, ImageAndTheProcessPathsContradictions) {
+  EXPECT_EQ(CheckpointError(R"({"pid": 4711, "image": ""})").message,
+            "`image` `` is not an image reference (1-1024 characters, no spaces)");
+  EXPECT_NE(CheckpointError(R"({"pid": 4711, "image": "a b"})").message.find("`image` `a b`"), std::string::npos);
+  EXPECT_NE(CheckpointError(R"({"pid": 4711, "image": 1})").message.find("`image` must be a string"),
+            std::string::npos);
+  const std::string two_things =
+      "`caches`, `exclude` and `image` are for the rootfs capture: `capturePath` `process` takes none";
+  EXPECT_EQ(CheckpointError(R"({"pid": 4711, "capturePath": "process", "caches": ["/c"]})").message, two_things);
+  EXPECT_EQ(CheckpointError(R"({"pid": 4711, "capturePath": "process", "exclude": ["/tmp"]})").message, two_things);
+  EXPECT_EQ(CheckpointError(R"({"pid": 4711, "capturePath": "process", "image": "x:1"})").message, two_things);
+  // `auto` may take either path: its rootfs settings are kept for the case.
+  EXPECT_EQ(CheckpointOk(R"({"pid": 4711, "capturePath": "auto", "caches": ["/c"]})").caches->size(), 1u);
+}
+
 TEST(AgentRequestJson, ADuplicateKeyIsRefusedNamingIt) {
   // nlohmann keeps the last of two equal keys: {"pid": <a tree>, "pid": 1}
   // would act on pid 1. A body that says two things means neither.

@@ -53,6 +53,8 @@ Result<std::unique_ptr<Service>> Service::Open(ServiceOptions options) {
   if (!options.log) options.log = [](const std::string& line) { std::fprintf(stderr, "[agent] %s\n", line.c_str()); };
   if (options.store.empty()) options.store = DefaultStore();
   if (options.state_dir.empty()) options.state_dir = options.store + "/agent";
+  if (!options.checkpoint) options.checkpoint = [](const CheckpointOptions& o) { return Checkpoint(o); };
+  if (!options.restore) options.restore = [](const RestoreOptions& o) { return Restore(o); };
   GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(options.store, true));
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(options.state_dir + "/jobs", 0700));
   std::string lock_path = options.state_dir + "/agent.lock";
@@ -188,16 +190,16 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   job.snapshot = request.snapshot_id.empty() ? NewSnapshotId(prefix) : request.snapshot_id;
   if (store_.Load(job.snapshot).ok())
     return Refuse(409, fmt::format("snapshot `{}` already exists", job.snapshot));
-  std::string push_to = request.push_to;
-  if (push_to.empty()) {
-    auto asked = PushToOfPod(request, container_id);
-    if (!asked.ok()) return Refused{FromStatus(asked.status()), ""};
-    push_to = *asked;
-  }
-  if (!push_to.empty()) {
+  std::optional<container::PodRef> pod = PodOf(request, container_id);
+  auto settings = SettingsFor(request, pod);
+  if (!settings.ok()) return Refused{FromStatus(settings.status()), ""};
+  if (!settings->push_to.empty()) {
     job.transfer.emplace();
-    job.transfer->reference = push_to;
+    job.transfer->reference = settings->push_to;
   }
+  // The checkpoint chooses (the tree's pre-checks decide `auto`): nothing
+  // is refused here for the path's sake.
+  job.capture_path = JobCapturePath{settings->capture_path, "", ""};
 
   CheckpointOptions o;
   o.target = std::to_string(root);
@@ -206,36 +208,67 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   o.leave_running = request.leave_running;
   o.criu_bundle = options_.criu_bundle;
   o.timeout_s = options_.operation_timeout_s;
-  return Launch(std::move(job), [this, o, held_init](Job& running) mutable -> Status {
+  o.capture_path = settings->capture_path;
+  o.caches = settings->caches;
+  o.exclude = settings->exclude;
+  o.image = settings->image;
+  return Launch(std::move(job), [this, o, held_init, pod, from = settings->capture_path_from](Job& running) mutable
+                    -> Status {
     std::string id = running.id;
     o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };
     bool held = held_init.pid > 0 && proc::IsSameProcess(held_init.pid, held_init.start_time) &&
                 ::kill(held_init.pid, SIGSTOP) == 0;
-    auto meta = Checkpoint(o);
+    auto meta = options_.checkpoint(o);
     if (held && proc::IsSameProcess(held_init.pid, held_init.start_time)) ::kill(held_init.pid, SIGCONT);
     if (!meta.ok()) return meta.status();
+    JobCapturePath chosen;
     {
       MutexLock lock(mu_);
-      jobs_[id].bytes_total = meta->total_bytes;
+      Job& now = jobs_.at(id);
+      now.bytes_total = meta->total_bytes;
+      now.capture_path->path = meta->capture_path.path;
+      now.capture_path->reason = meta->capture_path.reason;
+      chosen = *now.capture_path;
+      Journal(now);
     }
+    options_.log(fmt::format("job {}: captured `{}` by the {} path (asked: {}, by {}){}", id, meta->id, chosen.path,
+                             chosen.requested, from, chosen.reason.empty() ? "" : ": " + chosen.reason));
+    if (pod) RecordCapturePathOnPod(id, *pod, chosen);
     if (!running.transfer) return Status::Ok();
     return PushSnapshot(id, meta->id, running.transfer->reference);
   });
 }
 
-Result<std::string> Service::PushToOfPod(const CheckpointRequest& request, const std::string& container_id) const {
-  if (!options_.pod_push_to) return std::string();
-  std::optional<container::PodRef> pod = request.pod;
-  if (!pod && !container_id.empty()) {
-    auto named = container::KubeletContainers(options_.kubelet_log_dir);
-    if (auto it = named.find(container_id); it != named.end())
-      pod = container::PodRef{it->second.namespace_name, it->second.pod, it->second.container};
-  }
-  if (!pod) return std::string();
-  auto push_to = options_.pod_push_to(*pod);
-  if (!push_to.ok())
-    return push_to.status().Wrap(fmt::format("pod {}/{}: its push-to annotation", pod->namespace_name, pod->name));
-  return push_to;
+std::optional<container::PodRef> Service::PodOf(const CheckpointRequest& request,
+                                                const std::string& container_id) const {
+  if (!options_.pod && !options_.patch_pod) return std::nullopt;
+  if (request.pod) return request.pod;
+  if (container_id.empty()) return std::nullopt;
+  auto named = container::KubeletContainers(options_.kubelet_log_dir);
+  auto it = named.find(container_id);
+  if (it == named.end()) return std::nullopt;
+  return container::PodRef{it->second.namespace_name, it->second.pod, it->second.container};
+}
+
+Result<CheckpointSettings> Service::SettingsFor(const CheckpointRequest& request,
+                                                const std::optional<container::PodRef>& pod) const {
+  if (!pod || !options_.pod || !AsksThePod(request)) return CheckpointSettingsFor(request, nullptr);
+  std::string which = fmt::format("pod {}/{}", pod->namespace_name, pod->name);
+  auto object = options_.pod(*pod);
+  if (!object.ok()) return object.status().Wrap(which + ": reading its annotations");
+  auto settings = CheckpointSettingsFor(request, *object ? &**object : nullptr);
+  if (!settings.ok()) return settings.status().Wrap(which);
+  return settings;
+}
+
+void Service::RecordCapturePathOnPod(const std::string& id, const container::PodRef& pod,
+                                     const JobCapturePath& chosen) const {
+  if (!options_.patch_pod) return;
+  Status st = options_.patch_pod(pod, CapturePathChosenPatch(chosen.path, chosen.reason));
+  // A pod the API server does not know has nowhere to record it.
+  if (!st.ok() && st.code() != Code::kNotFound)
+    options_.log(fmt::format("job {}: pod {}/{}: recording its capture path: {}", id, pod.namespace_name, pod.name,
+                             st.ToString()));
 }
 
 Status Service::PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) {
@@ -437,10 +470,17 @@ Status Service::RunRestore(const std::string& id, RestoreOptions o) {
     MutexLock lock(mu_);
     jobs_.at(id).restored_name = o.name;
   }
-  auto result = Restore(o);
+  auto result = options_.restore(o);
   if (!result.ok()) return result.status();
   MutexLock lock(mu_);
-  jobs_[id].restored_pid = result->workload.pid;
+  Job& job = jobs_.at(id);
+  job.restored_pid = result->workload.pid;
+  job.restore_path = result->restore_path;
+  job.fallback_reason = result->fallback_reason;
+  Journal(job);
+  if (job.restore_path != "process")
+    options_.log(fmt::format("job {}: restored `{}` by the {} path{}", id, o.id, job.restore_path,
+                             job.fallback_reason.empty() ? "" : ", not as a process: " + job.fallback_reason));
   return Status::Ok();
 }
 

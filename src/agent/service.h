@@ -28,6 +28,11 @@
 // Registry: a restore whose `reference` is set pulls first (phase "pull");
 // a checkpoint with `push_to` (or whose pod names one) pushes its snapshot
 // once published (phase "push"). The job's `transfer` shows either as it goes.
+//
+// Capture path: a checkpoint asks for the request's, else its pod's
+// annotation, else auto; the job records what the checkpoint chose and why,
+// and so does the pod (agent/pod_annotations.h). A restore records the path
+// it took, and why a `both` snapshot fell back to its rootfs.
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
@@ -41,9 +46,12 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "container/containers.h"
 #include "agent/job.h"
 #include "agent/metrics.h"
+#include "agent/pod_annotations.h"
 #include "agent/request.h"
 #include "gpusnap/operations.h"
 #include "gpusnap/status.h"
@@ -65,10 +73,16 @@ struct ServiceOptions {
   // read from a Secret are read again each time; agent/registry_access.h).
   // Unset: RegistryAccess's defaults.
   std::function<Result<RegistryAccess>()> registry;
-  // The registry reference a pod's snapshots are to be pushed to (its
-  // annotation gpusnap.io/push-to), empty when it names none. Unset: pods
-  // are not asked (no Kubernetes API server).
-  std::function<Result<std::string>(const container::PodRef&)> pod_push_to;
+  // A pod as the API server has it, for what its annotations ask of its
+  // checkpoints (agent/pod_annotations.h); nullopt for a pod the server does
+  // not know. Unset: pods are not asked (no Kubernetes API server).
+  std::function<Result<std::optional<nlohmann::json>>(const container::PodRef&)> pod;
+  // A merge patch of a pod: where a checkpoint records its capture path.
+  // Unset: pods are not written.
+  std::function<Status(const container::PodRef&, const nlohmann::json&)> patch_pod;
+  // The operations. Unset: the library's Checkpoint and Restore.
+  std::function<Result<SnapshotMeta>(const CheckpointOptions&)> checkpoint;
+  std::function<Result<RestoreResult>(const RestoreOptions&)> restore;
 };
 
 // What a started job answers with.
@@ -131,9 +145,16 @@ class Service {
   // Holds `snapshot` for job `id` once no other job does (waiting up to the
   // operation timeout); its metadata.
   Result<SnapshotMeta> HoldSnapshot(const std::string& id, const std::string& snapshot) EXCLUDES(mu_);
-  // The pod a checkpoint's push-to comes from: the request's pod, else the
-  // pod of the container the kubelet's log links name.
-  Result<std::string> PushToOfPod(const CheckpointRequest& request, const std::string& container_id) const;
+  // The pod a checkpoint's settings come from and its choice is recorded on:
+  // the request's pod, else the pod of the container the kubelet's log links
+  // name; none when the agent neither reads nor writes pods.
+  std::optional<container::PodRef> PodOf(const CheckpointRequest& request, const std::string& container_id) const;
+  // The request's settings, else the pod's annotations (read only when the
+  // request leaves something to them), else the defaults.
+  Result<CheckpointSettings> SettingsFor(const CheckpointRequest& request,
+                                         const std::optional<container::PodRef>& pod) const;
+  // Best effort: the checkpoint is done whatever the API server answers.
+  void RecordCapturePathOnPod(const std::string& id, const container::PodRef& pod, const JobCapturePath& chosen) const;
   Status PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) EXCLUDES(mu_);
   Result<RegistryAccess> Access() const;
   // What every restore this agent runs shares (the store, the bundle, its

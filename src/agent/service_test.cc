@@ -12,7 +12,9 @@
 #include <filesystem>
 #include <thread>
 
+#include "gpusnap/snapshot.h"
 #include "proc/proc.h"
+#include "store/meta_testing.h"
 #include "util/files.h"
 #include "util/temp_dir_testing.h"
 
@@ -67,6 +69,46 @@ class AgentServiceTest : public ::testing::Test {
   }
   void Write(const Job& j) {
     ASSERT_TRUE(WriteFileAtomic(options_.state_dir + "/jobs/" + j.id + ".json", JobToJson(j)).ok());
+  }
+
+  // A child that waits, running.
+  pid_t RunningChild() {
+    pid_t p = ::fork();
+    if (p == 0) {
+      for (;;) ::pause();
+    }
+    children_.push_back(p);
+    return p;
+  }
+
+  // The job once it has ended (or as it is after 10 s).
+  static Job Finished(Service& service, const std::variant<Accepted, Refused>& started) {
+    if (auto* refused = std::get_if<Refused>(&started)) {
+      ADD_FAILURE() << "refused: " << refused->error.message;
+      return Job{};
+    }
+    std::string id = std::get<Accepted>(started).job_id;
+    for (int i = 0; i < 1000; ++i) {
+      auto job = service.GetJob(id);
+      if (job.ok() && job->state != JobState::kRunning) return *job;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "job " << id << " is still running";
+    return *service.GetJob(id);
+  }
+
+  Job Journaled(const std::string& id) {
+    auto text = ReadFile(options_.state_dir + "/jobs/" + id + ".json");
+    EXPECT_TRUE(text.ok()) << text.status().ToString();
+    auto job = text.ok() ? JobFromJson(*text) : Result<Job>(text.status());
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : Job{};
+  }
+
+  void Publish(const std::string& id) {
+    std::string dir = options_.store + "/snapshots/" + id;
+    ASSERT_TRUE(MakeDirs(dir).ok());
+    ASSERT_TRUE(WriteFileAtomic(dir + "/gpusnap.json", SnapshotMetaToJson(BarePidMeta(id))).ok());
   }
 
   std::string root_;
@@ -180,6 +222,121 @@ TEST_F(AgentServiceTest, ANewStateDirectoryAndItsJournalAreForRootOnly) {
     ASSERT_EQ(::stat(dir.c_str(), &st), 0) << dir;
     EXPECT_EQ(st.st_mode & 07777, 0700u) << dir;
   }
+}
+
+TEST_F(AgentServiceTest, ACheckpointTakesItsSettingsAndRecordsTheChosenPath) {
+  pid_t child = RunningChild();
+  CheckpointOptions seen;
+  options_.checkpoint = [&seen](const CheckpointOptions& o) -> Result<SnapshotMeta> {
+    seen = o;
+    SnapshotMeta meta = BarePidMeta(o.id);
+    meta.capture_path = {"rootfs", o.capture_path, "the tree holds an io_uring instance (pid 12, fd 5)"};
+    meta.total_bytes = 4096;
+    return meta;
+  };
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  CheckpointRequest request;
+  request.pid = child;
+  request.leave_running = true;
+  request.caches = std::vector<std::string>{"/root/.cache/huggingface"};
+  request.exclude = std::vector<std::string>{"/tmp"};
+  request.image = "vllm:0.6.3";
+  Job job = Finished(**service, (*service)->StartCheckpoint(request));
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.error;
+  // Neither the request nor a pod names a path: the agent's default.
+  EXPECT_EQ(seen.capture_path, "auto");
+  EXPECT_EQ(seen.caches, std::vector<std::string>{"/root/.cache/huggingface"});
+  EXPECT_EQ(seen.exclude, std::vector<std::string>{"/tmp"});
+  EXPECT_EQ(seen.image, "vllm:0.6.3");
+  EXPECT_EQ(seen.target, std::to_string(child));
+  ASSERT_TRUE(job.capture_path.has_value());
+  EXPECT_EQ(job.capture_path->requested, "auto");
+  EXPECT_EQ(job.capture_path->path, "rootfs");
+  EXPECT_EQ(job.capture_path->reason, "the tree holds an io_uring instance (pid 12, fd 5)");
+  EXPECT_EQ(job.bytes_total, 4096u);
+  Job journaled = Journaled(job.id);
+  ASSERT_TRUE(journaled.capture_path.has_value());
+  EXPECT_EQ(journaled.capture_path->path, "rootfs");
+  EXPECT_NE(log_.find(fmt::format("job {}: captured `{}` by the rootfs path (asked: auto, by the agent's default): the "
+                                  "tree holds an io_uring instance (pid 12, fd 5)",
+                                  job.id, job.snapshot)),
+            std::string::npos)
+      << log_;
+}
+
+TEST_F(AgentServiceTest, TheRequestsCapturePathIsTheOneAsked) {
+  pid_t child = RunningChild();
+  std::string asked;
+  options_.checkpoint = [&asked](const CheckpointOptions& o) -> Result<SnapshotMeta> {
+    asked = o.capture_path;
+    return Status::Error(Code::kFailedPrecondition, "the tree holds an io_uring instance (pid 12, fd 5)");
+  };
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  CheckpointRequest request;
+  request.pid = child;
+  request.leave_running = true;
+  request.capture_path = "process";
+  Job job = Finished(**service, (*service)->StartCheckpoint(request));
+  EXPECT_EQ(asked, "process");
+  // Refused by the checkpoint: the job says why, and names no path taken.
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_NE(job.error.find("io_uring"), std::string::npos) << job.error;
+  ASSERT_TRUE(job.capture_path.has_value());
+  EXPECT_EQ(job.capture_path->requested, "process");
+  EXPECT_EQ(job.capture_path->path, "");
+}
+
+TEST_F(AgentServiceTest, ARestoreRecordsItsPathAndWhyItFellBack) {
+  RestoreOptions seen;
+  options_.restore = [&seen](const RestoreOptions& o) -> Result<RestoreResult> {
+    seen = o;
+    RestoreResult r;
+    r.workload.name = o.name;
+    r.workload.pid = 4242;
+    r.restore_path = "rootfs";
+    r.fallback_reason = "process restore refused: the snapshot needs driver 580, this node has 570";
+    return r;
+  };
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  Publish("snap-both");
+  RestoreRequest request;
+  request.snapshot = "snap-both";
+  request.name = "w";
+  Job job = Finished(**service, (*service)->StartRestore(request));
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.error;
+  EXPECT_EQ(seen.id, "snap-both");
+  EXPECT_EQ(job.restored_pid, 4242);
+  EXPECT_EQ(job.restore_path, "rootfs");
+  EXPECT_EQ(job.fallback_reason, "process restore refused: the snapshot needs driver 580, this node has 570");
+  Job journaled = Journaled(job.id);
+  EXPECT_EQ(journaled.restore_path, "rootfs");
+  EXPECT_EQ(journaled.fallback_reason, job.fallback_reason);
+  EXPECT_NE(log_.find(fmt::format("job {}: restored `snap-both` by the rootfs path, not as a process: process restore "
+                                  "refused: the snapshot needs driver 580, this node has 570",
+                                  job.id)),
+            std::string::npos)
+      << log_;
+}
+
+TEST_F(AgentServiceTest, AProcessRestoreSaysSoQuietly) {
+  options_.restore = [](const RestoreOptions&) -> Result<RestoreResult> {
+    RestoreResult r;
+    r.workload.pid = 4243;
+    return r;
+  };
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  Publish("snap-process");
+  RestoreRequest request;
+  request.snapshot = "snap-process";
+  Job job = Finished(**service, (*service)->StartRestore(request));
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.error;
+  EXPECT_EQ(job.restore_path, "process");
+  EXPECT_EQ(job.fallback_reason, "");
+  EXPECT_EQ(log_.find("by the process path"), std::string::npos) << log_;
 }
 
 }  // namespace

@@ -85,6 +85,11 @@ Result<Checkpointed> CheckpointThroughAgent(const std::string& socket, const Che
                                             ProgressDisplay& progress) {
   Json body = {{"leaveRunning", o.leave_running}};
   if (!o.id.empty()) body["snapshotId"] = o.id;
+  // The capture path is left to the agent (the pod's annotation, else auto):
+  // the options' default is the in-process command's, not a choice.
+  if (!o.caches.empty()) body["caches"] = o.caches;
+  if (!o.exclude.empty()) body["exclude"] = o.exclude;
+  if (!o.image.empty()) body["image"] = o.image;
   pid_t pid = 0;
   if (auto w = FindWorkload(o.target); w.ok()) {
     if (!w->running) return Status::Error(Code::kNotFound, "workload `{}` (pid {}) is not running", w->name, w->pid);
@@ -129,6 +134,8 @@ Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOpt
     w.restored_from = job.value("snapshot", "");
     w.standby = o.standby;
   }
+  out.result.restore_path = job.value("restorePath", out.result.restore_path);
+  out.result.fallback_reason = job.value("fallbackReason", "");
   out.result.timings_s = Timings(job);
   return out;
 }
