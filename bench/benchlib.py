@@ -37,6 +37,7 @@ COLD_PHASES = [
     ("weights", "weights: safetensors → GPU"),
     ("model", "model built around the weights"),
     ("kvcache", "KV-cache pool allocated"),
+    ("compile", "torch.compile of the prompt's forward (inductor, Triton)"),
     ("capture", "CUDA graph captured"),
     ("pinned", "pinned host buffer"),
     ("warmup", "warm-up generate"),

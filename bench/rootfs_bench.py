@@ -38,6 +38,7 @@ import tempfile
 import time
 import uuid
 
+import benchlib
 import client  # bench/client.py: the script's own folder is on the path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -90,13 +91,12 @@ class Containers:
             return {"destination": path, "type": "bind", "source": path, "options": ["rbind", "rw" if writable else "ro"]}
 
         caps = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_SETGID", "CAP_SETUID",
-                "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_SYS_RESOURCE", "CAP_IPC_LOCK", "CAP_NET_BIND_SERVICE"]
+                "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_IPC_LOCK", "CAP_NET_BIND_SERVICE"]
         config = {
             "ociVersion": "1.0.2",
             "process": {"terminal": False, "user": {"uid": 0, "gid": 0}, "args": args, "cwd": "/",
                         "env": [f"{k}={v}" for k, v in env.items()],
-                        "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
-                        "rlimits": [{"type": "RLIMIT_MEMLOCK", "hard": 2**63 - 1, "soft": 2**63 - 1}]},
+                        "capabilities": {k: caps for k in ("bounding", "effective", "permitted")}},
             "root": {"path": merged, "readonly": False},
             "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
                        {"destination": "/dev", "type": "bind", "source": "/dev", "options": ["rbind", "rw"]},
@@ -141,10 +141,11 @@ class Containers:
             time.sleep(0.02)
         raise SystemExit(f"container {cid[:12]}'s init started no child")
 
-    def log(self, cid):
+    def log(self, cid, whole=False):
         try:
             with open(os.path.join(self.base, f"{cid[:12]}.log")) as f:
-                return f.read()[-2000:]
+                text = f.read()
+                return text if whole else text[-2000:]
         except OSError:
             return ""
 
@@ -207,10 +208,14 @@ class Bench:
         ans, t_first = client.generate_streamed("127.0.0.1", self.a.port, timeout=self.a.timeout)
         return ans, t_first - t0, time.time() - t0
 
-    def record(self, row, t0, ans, first, full, phases=None, extra=None):
+    def record(self, row, t0, ans, first, full, phases=None, log=""):
+        """`log`: the server's output (its PHASE and INFO lines), for its start's breakdown."""
+        server = benchlib.parse_phase_lines(log)
+        info = benchlib.parse_info_lines(log)
         r = {"row": row, "first_token_s": round(first, 3), "full_answer_s": round(full, 3), "tokens": ans["tokens"],
-             "server": {k: ans.get(k) for k in ("phases", "compile_s", "capture_s") if k in ans},
-             "gpusnap": phases or {}, **(extra or {})}
+             "server_phases": [(label, round(s, 3)) for label, s in benchlib.cold_intervals(server, t0, t0 + first)]
+             if server else [],
+             "compile_s": info.get("compile_s"), "gpusnap": phases or {}}
         self.results.append(r)
         print(f"{row}: first token {first:.2f} s, whole answer {full:.2f} s", flush=True)
         return r
@@ -223,7 +228,7 @@ class Bench:
             ans, first, full = self.first_token(t0)
         except client.Failure as e:
             raise SystemExit(f"cold start failed: {e}\n{self.containers.log(cid)}")
-        return cid, self.record("cold", t0, ans, first, full)
+        return cid, self.record("cold", t0, ans, first, full, log=self.containers.log(cid, whole=True))
 
     def capture(self, cid):
         root = self.containers.tree_root(cid)
@@ -244,7 +249,7 @@ class Bench:
             ans, first, full = self.first_token(t0, watch_pid=out.get("pid"))
         except client.Failure as e:
             raise SystemExit(f"rootfs restore's start failed: {e}\n{self.containers.log(cid)}")
-        r = self.record("cold+rootfs", t0, ans, first, full, out.get("timings_s"))
+        r = self.record("cold+rootfs", t0, ans, first, full, out.get("timings_s"), log=self.containers.log(cid, whole=True))
         self.gs("kill", "rootfs-bench-" + cid[:6], check=False)
         self.containers.stop(cid)
         return r
@@ -294,12 +299,16 @@ class Bench:
 def markdown(results):
     cold = [r for r in results if r["row"] == "cold"]
     base = sum(r["first_token_s"] for r in cold) / len(cold)
-    lines = ["| row | first token (s) | whole answer (s) | vs cold | server compile (s) | gpusnap phases (s) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| row | first token (s) | whole answer (s) | speed-up vs cold | compile in the start (s) | "
+             "gpusnap phases (s) |", "|---|---|---|---|---|---|"]
     for r in results:
         phases = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["gpusnap"].items()) if isinstance(v, (int, float)))
+        compile_s = f"{r['compile_s']:.2f}" if isinstance(r.get("compile_s"), (int, float)) else "-"
         lines.append(f"| {r['row']} | {r['first_token_s']:.2f} | {r['full_answer_s']:.2f} | "
-                     f"{base / r['first_token_s']:.2f}x | {r['server'].get('compile_s', '-')} | {phases or '-'} |")
+                     f"{base / r['first_token_s']:.2f}x | {compile_s} | {phases or '-'} |")
+    for r in results:
+        if r["server_phases"]:
+            lines += ["", f"{r['row']}: " + "; ".join(f"{label} {s:.2f}" for label, s in r["server_phases"])]
     return "\n".join(lines)
 
 

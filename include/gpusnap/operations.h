@@ -34,8 +34,8 @@ struct CheckpointOptions {
   // The capture path (docs/CAPTURE-PATHS.md): "process" (CRIU and the GPU
   // state), "rootfs" (the container's writable layer and its caches: the
   // workload goes on running), "both", or "auto" (process when the tree is
-  // checkpointable, else rootfs, the reason recorded).
-  std::string capture_path = "process";
+  // checkpointable, else rootfs, the reason recorded). Empty: "process".
+  std::string capture_path;
   std::vector<std::string> caches;   // rootfs: container paths of cache directories, one archive each
   std::vector<std::string> exclude;  // rootfs: patterns the capture leaves out besides the defaults
   std::string image;                 // rootfs: the container's image; default: its OCI bundle's annotation

@@ -85,8 +85,8 @@ Result<Checkpointed> CheckpointThroughAgent(const std::string& socket, const Che
                                             ProgressDisplay& progress) {
   Json body = {{"leaveRunning", o.leave_running}};
   if (!o.id.empty()) body["snapshotId"] = o.id;
-  // The capture path is left to the agent (the pod's annotation, else auto):
-  // the options' default is the in-process command's, not a choice.
+  // Without --capture-path the agent chooses (the pod's annotation, else auto).
+  if (!o.capture_path.empty()) body["capturePath"] = o.capture_path;
   if (!o.caches.empty()) body["caches"] = o.caches;
   if (!o.exclude.empty()) body["exclude"] = o.exclude;
   if (!o.image.empty()) body["image"] = o.image;

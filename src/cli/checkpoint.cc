@@ -109,7 +109,7 @@ void RunOperation(Context& ctx, const CLI::App& sub, const AgentFlags& agent, Op
 }
 
 Result<Checkpointed> CheckpointHere(const CheckpointOptions& o) {
-  auto meta = Checkpoint(o);
+  auto meta = Checkpoint(o);  // an empty capture path is the process path
   if (!meta.ok()) return meta.status();
   return Checkpointed{std::move(meta).value(), ""};
 }
@@ -148,11 +148,11 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
       ->required();
   sub->add_flag("--leave-running", opts->leave_running, "Keep the source running after the checkpoint");
   sub->add_option("--capture-path", opts->capture_path,
-                  "process (CRIU and the GPU state: a warm restore), rootfs (the container's writable layer and "
+                  "process (the default here; CRIU and the GPU state: a warm restore), rootfs (the container's writable layer and "
                   "--cache directories: a cold start with warm caches; the workload runs on), both, or auto "
-                  "(process when the tree is checkpointable, else rootfs); docs/CAPTURE-PATHS.md")
-      ->check(CLI::IsMember({"auto", "process", "rootfs", "both"}))
-      ->capture_default_str();
+                  "(process when the tree is checkpointable, else rootfs). Through the agent, without this flag, the pod's "
+                  "gpusnap.io/capture-path or auto; docs/CAPTURE-PATHS.md")
+      ->check(CLI::IsMember({"auto", "process", "rootfs", "both"}));
   sub->add_option("--cache", opts->caches,
                   "rootfs: a cache directory of the container (a container path, often a volume), archived whole; "
                   "repeatable");

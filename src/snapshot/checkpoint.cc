@@ -97,8 +97,10 @@ struct CheckpointRun {
   }
 };
 
-Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& phases, CheckpointRun& run,
+Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phases, CheckpointRun& run,
                                     UndoStack& undo) {
+  CheckpointOptions options = given;
+  if (options.capture_path.empty()) options.capture_path = "process";
   // 1. The tree, its lock, the capture path; for the process path CRIU and the GPU processes.
   phases.Start("resolve");
   GPUSNAP_ASSIGN_OR_RETURN(run.target, ResolveTarget(options.target));
