@@ -400,6 +400,20 @@ class TorchBackend:
         print(f"KV-cache pool: {nbytes / (1 << 30):.2f} GiB, {plan['slots']} x {self.args.max_seq_len} tokens; "
               f"scratch: {status}", flush=True)
 
+    def compile(self, eng):
+        """The prompt's forward through torch.compile (inductor, Triton kernels),
+        compiled now on a prompt of the served length: what a cold start pays
+        unless TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR already hold it."""
+        t = time.time()
+        eng.prefill = torch.compile(eng.prefill, dynamic=False)
+        vocab = self.preset["vocab_size"]
+        ids = torch.tensor(prompt_ids(self.args.prompt_len, vocab), device=torch.device(self.args.device))
+        eng.prefill(ids)
+        torch.cuda.synchronize()
+        self.compile_s = time.time() - t
+        info(compile_s=round(self.compile_s, 6), inductor_cache=os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""),
+             triton_cache=os.environ.get("TRITON_CACHE_DIR", ""))
+
     def capture(self, eng):
         t = time.time()
         eng.capture()
@@ -707,6 +721,9 @@ def parse_args(argv=None):
     p.add_argument("--engine", choices=ENGINES, default=DEFAULT_ENGINE,
                    help="static: KV-cache pool + CUDA-graph decode (hand-written forward); eager: transformers' "
                         "generate (the fake backend accepts both)")
+    p.add_argument("--compile", action="store_true",
+                   help="static engine: the prompt's forward through torch.compile (its inductor and Triton caches "
+                        "where TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR say)")
     p.add_argument("--gpu-memory-utilization", type=float, default=None,
                    help=f"static: the share of the GPU's memory the server may hold, the KV-cache pool taking "
                         f"what weights and context leave of it (default {DEFAULT_GPU_MEMORY_UTILIZATION})")
@@ -837,6 +854,9 @@ def main(argv=None):
     if args.engine == "static":
         backend.alloc_kv(model)
         mark("kvcache")
+        if args.compile and hasattr(backend, "compile"):   # the fake backend has nothing to compile
+            backend.compile(model)
+            mark("compile")
         backend.capture(model)
         mark("capture")
     state = State(backend, model, args, phases, {})

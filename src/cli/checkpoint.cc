@@ -13,6 +13,8 @@ nlohmann::json MetaSummary(const SnapshotMeta& m) {
           {"created", m.created},
           {"source", {{"kind", m.source.kind}, {"name", m.source.name}, {"pid", m.source.host_pid}}},
           {"total_bytes", m.total_bytes},
+          {"capture_path",
+           {{"path", m.capture_path.path}, {"requested", m.capture_path.requested}, {"reason", m.capture_path.reason}}},
           {"timings_s", m.timings_s}};
 }
 
@@ -31,9 +33,13 @@ void PrintCheckpoint(const Context& ctx, const CheckpointOptions&, const Checkpo
     if (!done.job.empty()) j["job"] = done.job;
     return ctx.PrintJson(j);
   }
-  if (!ctx.quiet)
+  if (!ctx.quiet) {
     std::fprintf(stderr, "[checkpoint] %s: %s in %.2f s\n", meta.id.c_str(), HumanBytes(meta.total_bytes).c_str(),
                  Total(meta.timings_s));
+    if (meta.capture_path.path != "process" || meta.capture_path.requested != "process")
+      std::fprintf(stderr, "[checkpoint] capture path: %s (%s)\n", meta.capture_path.path.c_str(),
+                   meta.capture_path.reason.c_str());
+  }
   std::printf("%s\n", meta.id.c_str());
 }
 
@@ -43,12 +49,19 @@ void PrintRestore(const Context& ctx, const RestoreOptions& o, const Restored& d
     auto j = ToJson(r.workload);
     j["timings_s"] = r.timings_s;
     j["criu_log"] = r.log;
+    j["restore_path"] = r.restore_path;
+    j["fallback_reason"] = r.fallback_reason;
     if (!done.job.empty()) j["job"] = done.job;
     return ctx.PrintJson(j);
   }
-  if (!ctx.quiet)
+  if (!ctx.quiet) {
+    if (!r.fallback_reason.empty()) std::fprintf(stderr, "[restore] %s\n", r.fallback_reason.c_str());
     std::fprintf(stderr, "[restore] %s restored as `%s`%s in %.2f s\n", o.id.c_str(), r.workload.name.c_str(),
-                 o.standby ? ", a standby (`gpusnap wake` it)" : "", Total(r.timings_s));
+                 o.standby                    ? ", a standby (`gpusnap wake` it)"
+                 : r.restore_path == "rootfs" ? " by its rootfs capture (a cold start with its caches)"
+                                              : "",
+                 Total(r.timings_s));
+  }
   std::printf("%d\n", r.workload.pid);
 }
 
@@ -134,6 +147,21 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
   sub->add_option("target", opts->target, "Workload name or pid (through the agent, also a container id)")
       ->required();
   sub->add_flag("--leave-running", opts->leave_running, "Keep the source running after the checkpoint");
+  sub->add_option("--capture-path", opts->capture_path,
+                  "process (CRIU and the GPU state: a warm restore), rootfs (the container's writable layer and "
+                  "--cache directories: a cold start with warm caches; the workload runs on), both, or auto "
+                  "(process when the tree is checkpointable, else rootfs); docs/CAPTURE-PATHS.md")
+      ->check(CLI::IsMember({"auto", "process", "rootfs", "both"}))
+      ->capture_default_str();
+  sub->add_option("--cache", opts->caches,
+                  "rootfs: a cache directory of the container (a container path, often a volume), archived whole; "
+                  "repeatable");
+  sub->add_option("--exclude", opts->exclude,
+                  "rootfs: a path pattern the capture leaves out (absolute; `*`, `?`, `[...]` within a component, "
+                  "`**` for any depth); repeatable");
+  sub->add_option("--image", opts->image,
+                  "rootfs: the image the container runs (default: its runtime's annotation "
+                  "io.kubernetes.cri.image-name); a restore refuses another");
   sub->add_flag("--tcp-established", opts->tcp_established, "Include established TCP connections (in-process)");
   sub->add_option("--store", opts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   sub->add_option("--id", opts->id, "Snapshot id (default: generated from the name)");

@@ -5,6 +5,19 @@
 
 namespace gpusnap::rootfs {
 
+namespace {
+
+// What a capture says when entries of `what` are refused.
+Status Refused(std::string_view what, const std::vector<std::string>& refused) {
+  std::string more =
+      refused.size() > 1 ? fmt::format("; {} more entries are refused", refused.size() - 1) : std::string();
+  return Status::Error(Code::kFailedPrecondition, "{} cannot be captured: {}{}; exclude what is refused to capture "
+                       "the rest",
+                       what, refused.front(), more);
+}
+
+}  // namespace
+
 std::vector<std::string> OpaqueDirectories(const UpperTree& tree, std::string_view overlay_prefix) {
   std::vector<std::string> out;
   for (const auto& e : tree.entries)
@@ -58,14 +71,28 @@ Result<DiffPlan> DiffPlanOf(const UpperTree& tree, const PathMatcher& exclusions
         break;
     }
   }
-  if (!refused.empty()) {
-    std::string more =
-        refused.size() > 1 ? fmt::format("; {} more entries are refused", refused.size() - 1) : std::string();
-    return Status::Error(Code::kFailedPrecondition, "the container's writable layer cannot be captured: {}{}; exclude "
-                         "what is refused to capture the rest",
-                         refused.front(), more);
-  }
+  if (!refused.empty()) return Refused("the container's writable layer", refused);
   plan.deleted.assign(deleted.begin(), deleted.end());
+  return plan;
+}
+
+Result<DiffPlan> CachePlanOf(const UpperTree& tree, std::string_view container_root) {
+  DiffPlan plan;
+  plan.excluded = tree.excluded;
+  std::vector<std::string> refused;
+  for (size_t i = 0; i < tree.entries.size(); ++i) {
+    const UpperEntry& e = tree.entries[i];
+    EntryDecision d = DecideCacheEntry(e, container_root);
+    if (d.disposition == Disposition::kKeep) {
+      plan.archived.push_back(i);
+      if (e.kind == FileKind::kRegular) plan.archived_bytes += e.size;
+    } else if (d.disposition == Disposition::kSkip) {
+      plan.skipped.push_back({ContainerPathIn(container_root, e.path), d.reason});
+    } else {
+      refused.push_back(d.reason);
+    }
+  }
+  if (!refused.empty()) return Refused(fmt::format("the cache `{}`", container_root), refused);
   return plan;
 }
 

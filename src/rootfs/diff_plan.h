@@ -1,7 +1,8 @@
 // The plan of a rootfs diff: which entries of a scanned upper directory go
 // into rootfs-diff.tar, which paths into deleted.files, and what is skipped
-// or refused, with the reasons (docs/CAPTURE-PATHS.md). Pure: the scan
-// (rootfs/diff_writer.h) reads the directory, this decides.
+// or refused, with the reasons (docs/CAPTURE-PATHS.md); and likewise the plan
+// of a cache directory's archive. Pure: the scan (rootfs/tree_archive.h)
+// reads the directory, this decides.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +16,10 @@
 
 namespace gpusnap::rootfs {
 
-// An upper directory as read: every entry, parents before children, the
-// names of each directory's children (by the directory's relative path, ""
-// for the top) and the excluded paths the scan did not descend into.
+// An upper directory as read (or a cache directory: the same form): every
+// entry, parents before children, the names of each directory's children (by
+// the directory's relative path, "" for the top) and the excluded paths the
+// scan did not descend into.
 struct UpperTree {
   std::vector<UpperEntry> entries;
   std::map<std::string, std::vector<std::string>> children;
@@ -53,6 +55,13 @@ Result<DiffPlan> DiffPlanOf(const UpperTree& tree, const PathMatcher& exclusions
                             const std::map<std::string, std::vector<std::string>>& lower_names = {},
                             std::string_view overlay_prefix = kTrustedOverlayPrefix);
 
+// The plan of a cache directory's archive, `tree` as the scan read it (its
+// exclusions already applied: what they matched is in tree.excluded) at
+// container path `container_root`: every entry DecideCacheEntry keeps, in
+// order; no deletions. A refused entry (a device) fails the plan like
+// DiffPlanOf's, kFailedPrecondition naming it.
+Result<DiffPlan> CachePlanOf(const UpperTree& tree, std::string_view container_root);
+
 // Whether `needed` bytes fit in `available` ones, keeping `reserve` free.
 // kFailedPrecondition "the rootfs capture needs N bytes in `where`, which has
 // M free (R kept in reserve)".
@@ -60,7 +69,7 @@ Status CheckFits(uint64_t needed, uint64_t available, uint64_t reserve, std::str
 
 // The bytes a tar of `plan` takes at most: each entry's header (with a pax
 // extended header) and its data, rounded up to 512-byte blocks, and the
-// archive's end.
+// archive's end. For a rootfs diff's plan or a cache's (CachePlanOf) alike.
 uint64_t ArchiveBytesBound(const UpperTree& tree, const DiffPlan& plan);
 
 }  // namespace gpusnap::rootfs

@@ -111,5 +111,32 @@ TEST(RootfsDiffPlan, TheArchiveBoundCoversHeadersAndData) {
   EXPECT_EQ(bound % 512, 0u);
 }
 
+TEST(RootfsDiffPlan, ACachePlanKeepsWhatACacheHolds) {
+  UpperTree t;
+  t.entries = {E("models", FileKind::kDirectory), E("models/w.bin", FileKind::kRegular, 100),
+               E("models/lock", FileKind::kFifo), E("models/latest", FileKind::kSymlink)};
+  t.excluded = {"/root/.triton/tmp"};
+  auto plan = CachePlanOf(t, "/root/.triton");
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->archived, (std::vector<size_t>{0, 1, 3}));
+  EXPECT_EQ(plan->archived_bytes, 100u);
+  ASSERT_EQ(plan->skipped.size(), 1u);
+  EXPECT_EQ(plan->skipped[0].path, "/root/.triton/models/lock");
+  EXPECT_EQ(plan->excluded, t.excluded);
+  EXPECT_TRUE(plan->deleted.empty());
+  EXPECT_GE(ArchiveBytesBound(t, *plan), 512u + 3 * 512u + 1024u);
+
+  // A 0/0 device is no whiteout in a cache: refused, like any device.
+  t.entries.push_back(Whiteout("models/old"));
+  t.entries.push_back(E("models/dev", FileKind::kBlockDevice));
+  auto refused = CachePlanOf(t, "/root/.triton");
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("the cache `/root/.triton` cannot be captured: `/root/.triton/models/old` "
+                                            "is a character device (0:0)"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("1 more entries are refused"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpusnap::rootfs

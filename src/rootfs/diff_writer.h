@@ -1,15 +1,17 @@
 // The effects of a rootfs capture: reading a container's overlay upper
 // directory (and, for its opaque directories, the lower layers), and writing
 // rootfs-diff.tar and deleted.files as CRI-O and checkpointctl lay them out
-// (docs/CAPTURE-PATHS.md). The decisions are rootfs/diff_plan.h's.
+// (docs/CAPTURE-PATHS.md). The decisions are rootfs/diff_plan.h's; the scan
+// and the tar writer are the ones the cache archives use too
+// (rootfs/tree_archive.h).
 //
 // The upper directory is read without following a symbolic link anywhere:
 // every entry is opened beneath the upper directory's descriptor with
-// openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), so an entry the container
-// swaps for a link while it is read fails the capture instead of taking it
-// elsewhere. A regular file that changes size while it is written fails it too
-// ("`/x` changed while it was captured"): the caller freezes the container
-// (its cgroup) for a consistent diff.
+// openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV), so an
+// entry the container swaps for a link while it is read fails the capture
+// instead of taking it elsewhere. A regular file that changes size while it is
+// written fails it too ("`/x` changed while it was captured"): the caller
+// freezes the container (its cgroup) for a consistent diff.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,8 @@ namespace gpusnap::rootfs {
 // Reads the tree under `upper_dir`: every entry's kind, size, device numbers
 // and xattrs, parents first, each directory's names sorted. What `exclusions`
 // matches is not descended into (and is listed in UpperTree::excluded).
-// kNotFound / kIoError naming the entry that could not be read.
+// kFailedPrecondition naming a mount point inside it; kNotFound / kIoError
+// naming the entry that could not be read.
 Result<UpperTree> ScanUpperDir(const std::string& upper_dir, const PathMatcher& exclusions);
 
 // The names the lower layers (topmost first) hold in directory `dir`

@@ -66,6 +66,16 @@ std::map<std::string, TarFile> ReadTar(const std::string& path) {
   return out;
 }
 
+// The diff of all of `upper`: scanned, planned and written, nothing excluded.
+void WriteWholeDiff(const std::string& upper, const DiffFiles& files) {
+  auto tree = ScanUpperDir(upper, PathMatcher());
+  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
+  auto plan = DiffPlanOf(*tree, PathMatcher());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  auto written = WriteRootfsDiff(upper, *tree, *plan, files);
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+}
+
 // A writable layer of plain files, a symbolic link and a hard link: needs no root.
 TEST(RootfsDiffWriter, FilesLinksAndDirectoriesRoundTrip) {
   TempDir tmp{"rootfs-writer"};
@@ -122,17 +132,32 @@ TEST(RootfsDiffWriter, ACutArchiveIsCorrupt) {
   TempDir tmp{"rootfs-writer"};
   const std::string upper = tmp.path() + "/upper";
   Write(upper + "/big", std::string(20000, 'b'));
-  auto tree = ScanUpperDir(upper, PathMatcher());
-  ASSERT_TRUE(tree.ok()) << tree.status().ToString();
-  auto plan = DiffPlanOf(*tree, PathMatcher());
-  ASSERT_TRUE(plan.ok());
   DiffFiles files{tmp.path() + "/rootfs-diff.tar", tmp.path() + "/deleted.files"};
-  ASSERT_TRUE(WriteRootfsDiff(upper, *tree, *plan, files).ok());
+  ASSERT_NO_FATAL_FAILURE(WriteWholeDiff(upper, files));
   ASSERT_EQ(::truncate(files.tar_path.c_str(), 4096), 0);
   auto listed = ListArchive(files.tar_path);
   EXPECT_EQ(listed.status().code(), Code::kCorruption) << listed.status().ToString();
   Write(tmp.path() + "/not.tar", "this is not a tar archive, not at all, and it goes on for a while............");
   EXPECT_EQ(ListArchive(tmp.path() + "/not.tar").status().code(), Code::kCorruption);
+}
+
+// libarchive answers a header that fails its checksum with ARCHIVE_RETRY,
+// again at every call: corrupt, not an entry to list (nor a loop).
+TEST(RootfsDiffWriter, AHeaderFailingItsChecksumIsCorrupt) {
+  TempDir tmp{"rootfs-writer"};
+  const std::string upper = tmp.path() + "/upper";
+  Write(upper + "/a", std::string(5000, 'a'));
+  Write(upper + "/b", "b");
+  DiffFiles files{tmp.path() + "/rootfs-diff.tar", tmp.path() + "/deleted.files"};
+  ASSERT_NO_FATAL_FAILURE(WriteWholeDiff(upper, files));
+  auto bytes = ReadFile(files.tar_path);
+  ASSERT_TRUE(bytes.ok());
+  std::string flipped = *bytes;
+  flipped[512 + 5120 + 1] ^= 0x5a;  // in the name of `b`, after `a`'s header and data
+  ASSERT_TRUE(WriteFileAtomic(files.tar_path, flipped).ok());
+  auto listed = ListArchive(files.tar_path);
+  EXPECT_EQ(listed.status().code(), Code::kCorruption) << listed.status().ToString();
+  EXPECT_NE(listed.status().message().find("(after 1 entries)"), std::string::npos) << listed.status().message();
 }
 
 // Whiteouts and an opaque directory, as overlayfs writes them: mknod of a

@@ -53,6 +53,7 @@ Result<std::string> NormalizeArchivePath(std::string_view path) {
 
 ExtractionPlan PlanExtraction(const std::vector<ArchiveEntry>& entries, const std::vector<std::string>& deleted_paths) {
   ExtractionPlan plan;
+  plan.entries = entries;
   const size_t n = entries.size();
   plan.normalized.assign(n, "");
   std::vector<std::optional<std::string>> refusal(n);

@@ -58,6 +58,10 @@ struct ExtractionPlan {
   std::vector<std::string> normalized;  // per entry: its clean relative path ("" for the root)
   std::vector<std::string> deletions;   // the accepted deleted paths, clean and relative, in the order given
   std::vector<Refusal> refused;         // in archive order, then the deletions'
+  // The entries as listed: what the applier holds the archive to as it reads
+  // it, so that one changed since the check (a path, a kind, a link's
+  // target) is refused, not applied.
+  std::vector<ArchiveEntry> entries;
 };
 
 // "etc/a" for "./etc//a/", "" for "." or "./"; kInvalidArgument for an

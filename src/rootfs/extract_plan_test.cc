@@ -57,6 +57,8 @@ TEST(RootfsPlan, AnOrdinaryDiffIsAcceptedLinksLast) {
   EXPECT_EQ(plan.order, (std::vector<size_t>{1, 3, 4, 6, 2, 7, 5}));
   EXPECT_EQ(plan.normalized[0], "");
   EXPECT_EQ(plan.normalized[4], "opt/v2/bin");
+  ASSERT_EQ(plan.entries.size(), entries.size());  // what the applier holds the archive to
+  EXPECT_EQ(plan.entries[5].link_target, "opt/v2/bin");
   EXPECT_EQ(plan.deletions, (std::vector<std::string>{"etc/old.conf", "var/cache/apt"}));
 }
 

@@ -51,6 +51,13 @@ std::string ContainerPath(std::string_view upper_relative_path) {
   return "/" + std::string(upper_relative_path);
 }
 
+std::string ContainerPathIn(std::string_view container_root, std::string_view relative_path) {
+  while (container_root.size() > 1 && container_root.back() == '/') container_root.remove_suffix(1);
+  if (relative_path.empty()) return std::string(container_root);
+  if (container_root.empty() || container_root == "/") return ContainerPath(relative_path);
+  return fmt::format("{}/{}", container_root, relative_path);
+}
+
 EntryDecision DecideUpperEntry(const UpperEntry& entry, std::string_view overlay_prefix) {
   auto has = [&](std::string_view name) { return entry.xattrs.count(std::string(overlay_prefix) + std::string(name)); };
   auto value = [&](std::string_view name) {
@@ -96,6 +103,28 @@ EntryDecision DecideUpperEntry(const UpperEntry& entry, std::string_view overlay
       break;
   }
   return refuse(fmt::format("`{}` is a file of unknown type", path));
+}
+
+EntryDecision DecideCacheEntry(const UpperEntry& entry, std::string_view container_root) {
+  const std::string path = ContainerPathIn(container_root, entry.path);
+  switch (entry.kind) {
+    case FileKind::kRegular:
+    case FileKind::kDirectory:
+    case FileKind::kSymlink:
+      return {Disposition::kKeep, {}};
+    case FileKind::kSocket:
+      return {Disposition::kSkip, fmt::format("`{}` is a socket: it is no state, the workload binds it again", path)};
+    case FileKind::kFifo:
+      return {Disposition::kSkip, fmt::format("`{}` is a FIFO: it holds no data, the workload makes it again", path)};
+    case FileKind::kCharDevice:
+    case FileKind::kBlockDevice:
+      return {Disposition::kRefuse,
+              fmt::format("`{}` is a {} ({}:{}): a cache archive carries no device nodes into another container", path,
+                          FileKindName(entry.kind), entry.rdev_major, entry.rdev_minor)};
+    case FileKind::kUnknown:
+      break;
+  }
+  return {Disposition::kRefuse, fmt::format("`{}` is a file of unknown type", path)};
 }
 
 std::map<std::string, std::string> ArchivedXattrs(const std::map<std::string, std::string>& xattrs,

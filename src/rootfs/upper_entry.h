@@ -84,4 +84,16 @@ std::vector<std::string> OpaqueDeletions(std::string_view dir, const std::vector
 // The container path of an upper entry: "/" + path.
 std::string ContainerPath(std::string_view upper_relative_path);
 
+// The container path of an entry `relative_path` ("a/b", "" for the top) of
+// the tree at container path `container_root` ("/" for a writable layer,
+// "/root/.triton" for a cache): "/root/.triton/a/b".
+std::string ContainerPathIn(std::string_view container_root, std::string_view relative_path);
+
+// The decision for one entry of a cache directory (docs/CAPTURE-PATHS.md,
+// "Cache directories"), at container path `container_root`: regular files,
+// directories and symbolic links kept, sockets and FIFOs skipped, every
+// device refused (no overlay is there: a 0/0 character device is a device
+// like any other, and overlay xattrs mean nothing).
+EntryDecision DecideCacheEntry(const UpperEntry& entry, std::string_view container_root);
+
 }  // namespace gpusnap::rootfs

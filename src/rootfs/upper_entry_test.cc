@@ -124,5 +124,30 @@ TEST(RootfsUpperEntry, AnOpaqueDirectoryDeletesWhatOnlyTheLowerLayersHold) {
   EXPECT_TRUE(OpaqueDeletions("d", {}, {}).empty());
 }
 
+TEST(RootfsUpperEntry, ACacheKeepsFilesSkipsSocketsAndRefusesEveryDevice) {
+  for (FileKind k : {FileKind::kRegular, FileKind::kDirectory, FileKind::kSymlink})
+    EXPECT_EQ(DecideCacheEntry(E("a/b", k), "/root/.triton").disposition, Disposition::kKeep) << FileKindName(k);
+  // No overlay in a cache: its xattrs and a 0/0 device mean nothing special.
+  EXPECT_EQ(DecideCacheEntry(E("a", FileKind::kRegular, {{"trusted.overlay.metacopy", ""}}), "/c").disposition,
+            Disposition::kKeep);
+  EntryDecision zero = DecideCacheEntry(Device("w", FileKind::kCharDevice, 0, 0), "/root/.triton");
+  EXPECT_EQ(zero.disposition, Disposition::kRefuse);
+  EXPECT_EQ(zero.reason, "`/root/.triton/w` is a character device (0:0): a cache archive carries no device nodes "
+                         "into another container");
+  EXPECT_EQ(DecideCacheEntry(Device("sda", FileKind::kBlockDevice, 8, 0), "/c").disposition, Disposition::kRefuse);
+  EntryDecision fifo = DecideCacheEntry(E("p", FileKind::kFifo), "/c/");
+  EXPECT_EQ(fifo.disposition, Disposition::kSkip);
+  EXPECT_NE(fifo.reason.find("`/c/p` is a FIFO"), std::string::npos) << fifo.reason;
+  EXPECT_EQ(DecideCacheEntry(E("s", FileKind::kSocket), "/c").disposition, Disposition::kSkip);
+}
+
+TEST(RootfsUpperEntry, ContainerPathsOfATreeBeneathAContainerPath) {
+  EXPECT_EQ(ContainerPathIn("/", "etc/a"), "/etc/a");
+  EXPECT_EQ(ContainerPathIn("/", ""), "/");
+  EXPECT_EQ(ContainerPathIn("/root/.triton", "a/b"), "/root/.triton/a/b");
+  EXPECT_EQ(ContainerPathIn("/root/.triton/", "a"), "/root/.triton/a");
+  EXPECT_EQ(ContainerPathIn("/root/.triton//", ""), "/root/.triton");
+}
+
 }  // namespace
 }  // namespace gpusnap::rootfs

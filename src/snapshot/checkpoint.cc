@@ -1,20 +1,25 @@
 // The checkpoint, as DESIGN.md §2 and docs/ARCHITECTURE.md tell it.
 //
 // 1. Resolve the target to a process tree and the namespace CRIU must enter;
-//    take the tree's checkpoint lock; find its GPU and gpushare processes.
+//    take the tree's checkpoint lock; choose the capture path
+//    (snapshot/capture_path.h: the process, the container's filesystem, or
+//    both); for the process path, find its GPU and gpushare processes.
 // 2. Start a snapshot in the store (.tmp-<id>, locked by us).
-// 3. gpushare processes: quiesce all, save their device memory as chunks and
+// 3. The rootfs path (rootfs, both): the container's writable layer and its
+//    caches, read with its cgroup frozen (snapshot/rootfs_capture.h). A
+//    rootfs-only capture is published here, the workload running on.
+// 4. gpushare processes: quiesce all, save their device memory as chunks and
 //    free it. Undone by loading it back.
-// 4. GPU processes: lock all, stop their CPU threads, checkpoint all
+// 5. GPU processes: lock all, stop their CPU threads, checkpoint all
 //    (gpu/processes.h). Undone by restoring and unlocking them.
-// 5. CRIU dumps the tree from inside its namespace. At its post-dump
+// 6. CRIU dumps the tree from inside its namespace. At its post-dump
 //    notification, while the tree is still frozen, publish the snapshot
 //    (digests, fsync, rename). Only after we answer does CRIU kill the tree;
 //    a failure or a crash before that answer makes CRIU resume it: the
 //    source is never lost, and no half snapshot is ever visible. With
 //    --leave-running the source is not killed, so nothing waits for the
 //    publish: CRIU resumes the tree as soon as it has dumped it.
-// 6. Past the point of no return (CRIU is done): with --leave-running, the
+// 7. Past the point of no return (CRIU is done): with --leave-running, the
 //    GPU state of the source comes back, as an undo would bring it, and only
 //    then is the snapshot published: the workload's pause ("paused") ends
 //    with its memory back, not with the digests and the fsync. A publish that
@@ -40,10 +45,12 @@
 #include "gpushare/control/chunk_lock.h"
 #include "gpushare/control/tree.h"
 #include "proc/proc.h"
+#include "snapshot/capture_path.h"
 #include "snapshot/checkpointable.h"
 #include "snapshot/container_files.h"
 #include "snapshot/dump_log.h"
 #include "snapshot/phases.h"
+#include "snapshot/rootfs_capture.h"
 #include "snapshot/tcp_ports.h"
 #include "snapshot/target.h"
 #include "snapshot/tree_lock.h"
@@ -57,6 +64,9 @@
 namespace gpusnap {
 
 namespace {
+
+// Free space a rootfs capture leaves in the store's filesystem.
+constexpr uint64_t kRootfsReserveBytes = 256ull << 20;
 
 // What the steps find and leave for the steps after them and for the undo.
 struct CheckpointRun {
@@ -89,16 +99,35 @@ struct CheckpointRun {
 
 Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& phases, CheckpointRun& run,
                                     UndoStack& undo) {
-  // 1. The tree, its lock, CRIU, the GPU processes.
+  // 1. The tree, its lock, the capture path; for the process path CRIU and the GPU processes.
   phases.Start("resolve");
   GPUSNAP_ASSIGN_OR_RETURN(run.target, ResolveTarget(options.target));
   const Target& target = run.target;
   GPUSNAP_ASSIGN_OR_RETURN(run.tree_lock, LockTreeForCheckpoint(target.host_pid));
   std::vector<ProcessFiles> tree_files = ReadProcessFiles(target.tree);
-  GPUSNAP_RETURN_IF_ERROR(CheckCheckpointable(tree_files));
-  GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
-  GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, options.tcp_established));
-  run.gpu_pids = gpu::FindGpuProcesses(target.tree);
+  GPUSNAP_RETURN_IF_ERROR(CheckRootfsRequest(options.caches, options.exclude));
+  if (options.capture_path == "process" && (!options.caches.empty() || !options.exclude.empty()))
+    return Status::Error(Code::kInvalidArgument, "--cache and --exclude apply to the rootfs path: give --capture-path "
+                         "rootfs, both or auto");
+  std::optional<ContainerRootfs> container;
+  Status rootfs_ok = Status::Ok();
+  if (options.capture_path != "process") {
+    auto found = FindContainerRootfs(target, options.image);
+    if (found.ok()) container = std::move(found).value();
+    else rootfs_ok = found.status();
+  } else {
+    rootfs_ok = Status::Error(Code::kFailedPrecondition, "not asked for");
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(CaptureDecision path,
+                           ChooseCapturePath(options.capture_path, CheckCheckpointable(tree_files), rootfs_ok));
+  bool process_path = path.path != "rootfs";
+  criu::Features features;
+  std::optional<criu::Bundle> bundle;
+  if (process_path) {
+    GPUSNAP_ASSIGN_OR_RETURN(bundle, criu::FindBundle(options.criu_bundle));
+    GPUSNAP_ASSIGN_OR_RETURN(features, criu::DetectFeatures(*bundle, options.tcp_established));
+    run.gpu_pids = gpu::FindGpuProcesses(target.tree);
+  }
   std::optional<SnapshotGpuState> gpu_state;
   if (!run.gpu_pids.empty()) {
     // One driver, one cuInit, for every GPU process of the tree.
@@ -126,26 +155,45 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
                                       : options.id;
   GPUSNAP_ASSIGN_OR_RETURN(run.pending, store.Begin(id));
   SnapshotMeta& meta = run.meta;
-  meta = DescribeSource(target, id, fmt::format("{}.{}", features.version_major, features.version_minor),
+  meta = DescribeSource(target, id,
+                        process_path ? fmt::format("{}.{}", features.version_major, features.version_minor) : "",
                         options.tcp_established);
+  meta.capture_path = {path.path, options.capture_path, path.reason};
+  if (!process_path) meta.pids.clear();
   meta.gpu = gpu_state;
   for (uint16_t port : TreeListeningPorts(tree_files)) meta.listen_ports.push_back(port);
   if (meta.gpu && meta.gpu->gpushare) meta.gpu->chunk_store = store.root();
   const std::string& dir = run.pending->dir();
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(dir + "/" + SnapshotFiles::kConfigDump, ConfigDumpJson(meta, target.started)));
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(dir + "/" + SnapshotFiles::kSpecDump, SpecDumpJson(meta)));
+  GPUSNAP_RETURN_IF_ERROR(InjectedFailure("begin"));
+
+  // 3. The container's filesystem (rootfs, both); a rootfs capture ends here.
+  if (path.path != "process") {
+    GPUSNAP_ASSIGN_OR_RETURN(meta.rootfs, CaptureRootfs(*container, options.caches, options.exclude, dir,
+                                                        kRootfsReserveBytes, phases));
+    GPUSNAP_RETURN_IF_ERROR(InjectedFailure("rootfs"));
+  }
+  if (!process_path) {
+    phases.Start("publish");
+    phases.Total();
+    meta.timings_s = phases.timings();
+    GPUSNAP_RETURN_IF_ERROR(run.pending->Publish(meta).Wrap("publishing the snapshot"));
+    phases.Done(meta.total_bytes);
+    meta.timings_s = phases.timings();
+    return meta;
+  }
   std::string images = dir + "/" + SnapshotFiles::kCheckpointDir;
   if (::mkdir(images.c_str(), 0700) != 0) return Status::Errno(errno, "creating `{}`", images);
   UniqueFd images_fd(::open(images.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   UniqueFd work_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!images_fd.valid() || !work_fd.valid()) return Status::Errno(errno, "opening `{}`", images);
-  GPUSNAP_RETURN_IF_ERROR(InjectedFailure("begin"));
 
   // From the first step that stops the workload's work (its GPU work held,
   // its GPU locked, or CRIU's freeze) to its running again (--leave-running).
   std::optional<std::chrono::steady_clock::time_point> pause_start;
 
-  // 3. gpushare: the device memory to the chunk store. From here to the end,
+  // 4. gpushare: the device memory to the chunk store. From here to the end,
   // gpusnap holds the chunk store lock shared: no chunk the release finds
   // present, and none the undo reads, can be collected before a published
   // manifest names it (gpushare/control/chunk_lock.h).
@@ -166,7 +214,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
     phases.Done();
   }
 
-  // 4. The GPU processes, checkpointed by the driver.
+  // 5. The GPU processes, checkpointed by the driver.
   if (run.driver) {
     if (!pause_start) pause_start = std::chrono::steady_clock::now();
     phases.Start("gpu-suspend");
@@ -179,7 +227,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
     phases.Done();
   }
 
-  // 5. The dump, and the publish while the tree is frozen.
+  // 6. The dump, and the publish while the tree is frozen.
   criu::DumpPlan plan;
   plan.root_pid = target.ns_pid;
   plan.images_dir_fd = images_fd.get();
@@ -200,7 +248,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
     PauseIfRequested("published");
     return Status::Ok();
   };
-  criu::Operation dump = criu::MakeOperation(bundle, DUMP, criu::DumpOptions(plan, features), target.ns_holder,
+  criu::Operation dump = criu::MakeOperation(*bundle, DUMP, criu::DumpOptions(plan, features), target.ns_holder,
                                              std::chrono::seconds(options.timeout_s),
                                              dir + "/" + SnapshotFiles::kDumpLog);
   dump.on_notify = [&](const std::string& script, int) -> Status {
@@ -223,7 +271,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
   }
   if (!dumped) return Status::Error(Code::kInternal, "CRIU finished the dump without a post-dump notification");
 
-  // 6. The point of no return: CRIU is done (and, but with --leave-running,
+  // 7. The point of no return: CRIU is done (and, but with --leave-running,
   // the snapshot published).
   undo.Disarm();
   if (options.leave_running) {

@@ -62,6 +62,7 @@
 #include "snapshot/lazy_pages.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
+#include "snapshot/rootfs_restore.h"
 #include "snapshot/tcp_ports.h"
 #include "store/layout.h"
 #include "store/store.h"
@@ -151,6 +152,11 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     run.dir = store.SnapshotDir(run.meta.id);
   }
   const SnapshotMeta& meta = run.meta;
+  if (!meta.capture_path.has_process())
+    return Status::Error(Code::kNotSupported,
+                         "snapshot `{}` is a rootfs capture: pull it (`gpusnap pull`), then restore it by its id into "
+                         "a placeholder container",
+                         meta.id);
   // A GPU tree's digests are checked while CRIU restores it, every task left
   // stopped, and nothing of it runs before they all match; any other tree's
   // before CRIU starts.
@@ -387,9 +393,26 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
 }  // namespace
 
 Result<RestoreResult> Restore(const RestoreOptions& options) {
+  // A rootfs capture restores by its own story (rootfs_restore.cc); so does a
+  // `both` one whose process part cannot run on this node, once that
+  // attempt's undo has left the placeholder idle again.
+  std::optional<CapturePathRecord> captured;
+  if (!registry::LooksLikeReference(options.id))
+    if (auto store = Store::Open(options.store.empty() ? DefaultStore() : options.store, false); store.ok())
+      if (auto meta = store->Load(options.id); meta.ok()) captured = meta->capture_path;
+  if (captured && !captured->has_process()) return RestoreRootfs(options, "");
   Phases phases(options.progress);
   RestoreRun run;  // before the undo, whose steps refer to it
-  return WithUndo([&](UndoStack& undo) { return TakeRestore(options, phases, run, undo); });
+  auto restored = WithUndo([&](UndoStack& undo) { return TakeRestore(options, phases, run, undo); });
+  if (restored.ok() || !captured || !captured->has_rootfs() || options.into_container.empty() ||
+      restored.status().code() == Code::kCorruption)
+    return restored;
+  std::string why = fmt::format("the process restore cannot run here: {}", restored.status().message());
+  if (options.progress) options.progress({"fallback to the rootfs path: " + why, 0, 0, false});
+  auto rootfs = RestoreRootfs(options, why);
+  if (!rootfs.ok())
+    return rootfs.status().Wrap(fmt::format("{}; the rootfs path then failed too", why));
+  return rootfs;
 }
 
 }  // namespace gpusnap
