@@ -224,7 +224,7 @@ class RootfsCapture(unittest.TestCase):
         c = self.run_container([gpusnap, "__placeholder"], image=image,
                                env=[f"SOURCE_URL={self.server.url}", "APP_MODE=restored"], ro=[gpusnap, *HOST_LIBS])
         end = time.time() + 10
-        while time.time() < end:
+        while time.time() < end and alive(c["init"]):
             with open(f"/proc/{c['init']}/cmdline", "rb") as f:
                 if f.read().split(b"\0")[1:2] == [b"__placeholder"]:
                     break
