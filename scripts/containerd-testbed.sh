@@ -12,6 +12,15 @@
 #                                             init's host pid
 #   containerd-testbed.sh stop DIR            end every container, then containerd; remove DIR
 #
+# image: TESTBED_IMAGE_FILES="src:dst ..." copies more files into the image (a
+# file's mode is kept, its directories made). Importing DIR/image.tar again
+# under another name with the same tag makes a second image of that content.
+# run: TESTBED_IMAGE (the image, default the one above), TESTBED_MOUNTS and
+# TESTBED_RO_MOUNTS ("src:dst ..." bind mounts, read-write and read-only),
+# TESTBED_ENV ("K=V ..."), TESTBED_CWD, TESTBED_NET_HOST=1 (the host's network).
+# Every container carries the annotation io.kubernetes.cri.image-name=<image>
+# in its bundle's config.json, as containerd's CRI plugin sets it.
+#
 # Nothing reaches outside: the image is made from Debian's busybox-static, its
 # layers never leave the machine, and containerd listens only on DIR's socket.
 # A container's writable layer is the upperdir of the overlay mounted at its
@@ -19,7 +28,7 @@
 set -euo pipefail
 
 die() { printf 'containerd-testbed: error: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '3,15p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '3,22p' "$0" | sed 's/^# \{0,1\}//'; }
 
 [ $# -ge 2 ] || { usage >&2; exit 2; }
 cmd=$1 dir=$2
@@ -59,7 +68,15 @@ EOF
     m=$(buildah_ mount "$b")
     mkdir -p "$m/bin" "$m/tmp" "$m/cache" "$m/etc"
     cp /usr/bin/busybox "$m/bin/busybox"
-    for a in sh ls cat echo sleep rm mkdir wget sha256sum test cp mv ln; do ln -sf busybox "$m/bin/$a"; done
+    for a in sh ls cat echo sleep rm mkdir wget sha256sum test cp mv ln awk date pwd env cmp head wc; do
+      ln -sf busybox "$m/bin/$a"
+    done
+    for f in ${TESTBED_IMAGE_FILES:-}; do
+      src=${f%%:*} dst=${f#*:}
+      [ -f "$src" ] || die "no file $src to copy into the image"
+      mkdir -p "$m$(dirname "$dst")"
+      cp -p "$src" "$m$dst"
+    done
     buildah_ umount "$b" >/dev/null
     buildah_ config --env PATH=/bin --cmd '["/bin/sh"]' "$b"
     # The archive names its manifest by the tag alone; ctr prefixes the name.
@@ -79,10 +96,13 @@ EOF
     shift
     ref=${TESTBED_IMAGE:-localhost/gpusnap-testbed:1}
     [ $# -gt 0 ] || set -- /bin/sleep 1000000
-    # TESTBED_MOUNTS: "src:dst ..." bind mounts, read-write
-    mounts=()
-    for m in ${TESTBED_MOUNTS:-}; do mounts+=(--mount "type=bind,src=${m%%:*},dst=${m#*:},options=rbind:rw"); done
-    ctr_ run -d --snapshotter overlayfs "${mounts[@]}" "$ref" "$id" "$@" >"$dir/$id.out" 2>&1 ||
+    opts=(--annotation "io.kubernetes.cri.image-name=$ref")
+    for m in ${TESTBED_MOUNTS:-}; do opts+=(--mount "type=bind,src=${m%%:*},dst=${m#*:},options=rbind:rw"); done
+    for m in ${TESTBED_RO_MOUNTS:-}; do opts+=(--mount "type=bind,src=${m%%:*},dst=${m#*:},options=rbind:ro"); done
+    for e in ${TESTBED_ENV:-}; do opts+=(--env "$e"); done
+    [ -z "${TESTBED_CWD:-}" ] || opts+=(--cwd "$TESTBED_CWD")
+    [ "${TESTBED_NET_HOST:-0}" != 1 ] || opts+=(--net-host)
+    ctr_ run -d --snapshotter overlayfs "${opts[@]}" "$ref" "$id" "$@" >"$dir/$id.out" 2>&1 ||
       die "ctr run $id failed: $(tail -3 "$dir/$id.out")"
     ctr_ task ls | awk -v id="$id" '$1 == id { print $2 }'
     ;;
