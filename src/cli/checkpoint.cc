@@ -45,6 +45,8 @@ void PrintCheckpoint(const Context& ctx, const CheckpointOptions&, const Checkpo
 
 void PrintRestore(const Context& ctx, const RestoreOptions& o, const Restored& done) {
   const RestoreResult& r = done.result;
+  if (!ctx.quiet && !r.fallback_reason.empty())
+    std::fprintf(stderr, "[restore] restored by the rootfs path: %s\n", r.fallback_reason.c_str());
   if (ctx.json) {
     auto j = ToJson(r.workload);
     j["timings_s"] = r.timings_s;
@@ -55,7 +57,6 @@ void PrintRestore(const Context& ctx, const RestoreOptions& o, const Restored& d
     return ctx.PrintJson(j);
   }
   if (!ctx.quiet) {
-    if (!r.fallback_reason.empty()) std::fprintf(stderr, "[restore] %s\n", r.fallback_reason.c_str());
     std::fprintf(stderr, "[restore] %s restored as `%s`%s in %.2f s\n", o.id.c_str(), r.workload.name.c_str(),
                  o.standby                    ? ", a standby (`gpusnap wake` it)"
                  : r.restore_path == "rootfs" ? " by its rootfs capture (a cold start with its caches)"

@@ -73,11 +73,16 @@ Result<criu_resp> Run(const Operation& op) {
   auto log = ReadFile(op.log_path);
   std::string lines = log.ok() ? ErrorLines(*log) : "";
   if (!lines.empty()) message += "\n" + lines;
-  message += fmt::format("\n(CRIU log: {})", op.log_path);
+  if (log.ok()) message += fmt::format("\n(CRIU log: {})", op.log_path);  // none when CRIU never ran
   return Status::Error(Code::kExternal, "{}", message);
 }
 
 std::string DescribeExit(const CriuExit& exit) {
+  // 127: the launcher's exec of CRIU failed. It runs in the target's mount
+  // namespace (a container's), where the bundle must be at the same path.
+  if (exit.signal == 0 && exit.code == 127)
+    return "could not be started (exit status 127): is the CRIU bundle visible at the same path inside the "
+           "tree's mount namespace (a container's)?";
   if (exit.signal == 0) return fmt::format("exited with status {}", exit.code);
   const char* name = ::sigabbrev_np(exit.signal);
   return name ? fmt::format("was killed by signal {} (SIG{})", exit.signal, name)

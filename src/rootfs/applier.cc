@@ -81,6 +81,11 @@ class Writer {
   Status Directory(const std::string& path, const Meta& m) {
     GPUSNAP_ASSIGN_OR_RETURN(UniqueFd parent, OpenParent(path, MissingParent::kMake));
     const std::string leaf = LeafOf(path);
+    // A directory where the target mounts a volume is the volume's: the
+    // archive's copy (the empty directory a runtime made to mount onto in the
+    // source) is left out, and nothing goes beneath it.
+    GPUSNAP_ASSIGN_OR_RETURN(std::optional<EntryStat> there, StatEntry(parent.get(), leaf, path));
+    if (there && there->kind == FileKind::kDirectory && there->mount_point) return Status::Ok();
     GPUSNAP_ASSIGN_OR_RETURN(bool kept, ClearButDirectory(parent.get(), leaf, path));
     // Owner-only until the end: its own mode might forbid writing what goes in it.
     if (!kept && ::mkdirat(parent.get(), leaf.c_str(), 0700) != 0)

@@ -408,7 +408,6 @@ Result<RestoreResult> Restore(const RestoreOptions& options) {
       restored.status().code() == Code::kCorruption)
     return restored;
   std::string why = fmt::format("the process restore cannot run here: {}", restored.status().message());
-  if (options.progress) options.progress({"fallback to the rootfs path: " + why, 0, 0, false});
   auto rootfs = RestoreRootfs(options, why);
   if (!rootfs.ok())
     return rootfs.status().Wrap(fmt::format("{}; the rootfs path then failed too", why));

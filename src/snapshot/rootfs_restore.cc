@@ -136,8 +136,9 @@ Result<RestoreResult> TakeRootfsRestore(const RestoreOptions& options, const std
                                                                 SnapshotFiles::kRootfsDiffTar));
   for (size_t i : diff_plan.order) {
     std::string path = "/" + diff_plan.normalized[i];
+    bool directory = diff_plan.entries[i].kind == rootfs::FileKind::kDirectory && !diff_plan.entries[i].hardlink;
     for (const auto& m : mount_points)
-      if (Under(path, m))
+      if (Under(path, m) && !(directory && path == m))  // a directory at a mount point is the volume's: left alone
         return Status::Error(Code::kFailedPrecondition,
                              "refusing to restore: `{}` of `{}` lies in `{}`, a mount point of container {}: a diff "
                              "never writes into a volume (nothing was applied)",

@@ -442,8 +442,10 @@ class RootfsCapture(unittest.TestCase):
 
         placeholder = self.start_placeholder()
         # A node without CRIU: the process part cannot run here; the rootfs part needs none.
-        out = json.loads(self.restore(sid, placeholder, "--criu", "/nonexistent").stdout)
+        p = self.restore(sid, placeholder, "--criu", "/nonexistent")
+        out = json.loads(p.stdout)
         self.assertEqual(out["restore_path"], "rootfs")
+        self.assertIn(f"[restore] restored by the rootfs path: {out['fallback_reason']}\n", p.stderr)
         self.assertIn("the process restore cannot run here", out["fallback_reason"])
         self.assertIn("/nonexistent", out["fallback_reason"])
         self.assert_restored_start(placeholder, out["pid"])
@@ -453,7 +455,7 @@ class RootfsCapture(unittest.TestCase):
         second = self.start_placeholder()
         p = self.gs("restore", sid, "--name", f"r-{second['id'][:8]}", "--criu", "/nonexistent",
                     "--into-container", second["id"])
-        self.assertIn(f"[restore] {out['fallback_reason']}\n", p.stderr)
+        self.assertEqual(p.stderr.count(out["fallback_reason"]), 1, p.stderr)
         self.assertIn("by its rootfs capture", p.stderr)
         self.assert_restored_start(second, int(p.stdout.strip().splitlines()[-1]))
         self.assertEqual(self.server.count(), fetches)
