@@ -15,7 +15,8 @@ streamed answer (and to the whole answer):
                   container (its writable layer: the compile caches) and starts
                   the same command: a cold start with warm caches
     process       `gpusnap restore` of a process snapshot of the same server
-                  (run by `gpusnap run`, outside a container): the warm path
+                  (run by `gpusnap run --gpushare`, outside a container, its
+                  first start compiling, untimed): the warm path
 
 Every answer must carry the cold start's tokens. Prints a Markdown table with
 the server's phases (import, weights, compile, capture) and gpusnap's, and
@@ -258,9 +259,12 @@ class Bench:
         """The same server by `gpusnap run` (caches warm from the host's own
         run), checkpointed and restored into a fresh namespace."""
         name = "rootfs-bench-process"
-        env = dict(self.env, **CACHE_ENV)
-        run = subprocess.run([self.a.gpusnap, "--json", "-q", "run", "--name", name, "--", *self.server_args()],
-                             env=env, capture_output=True, text=True, timeout=60)
+        # One compile thread: inductor's worker pool would be part of the tree CRIU takes.
+        env = dict(self.env, TORCHINDUCTOR_COMPILE_THREADS="1", **CACHE_ENV)
+        shim = ["--gpushare"] if self.a.backend == "torch" else []
+        run = subprocess.run([self.a.gpusnap, "--json", "-q", "run", *shim, "--name", name, "--",
+                              *self.server_args()],
+                             env=env, capture_output=True, text=True, timeout=120)
         if run.returncode != 0:
             raise SystemExit(f"gpusnap run failed: {run.stderr}")
         pid = json.loads(run.stdout)["pid"]
