@@ -152,11 +152,19 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     run.dir = store.SnapshotDir(run.meta.id);
   }
   const SnapshotMeta& meta = run.meta;
-  if (!meta.capture_path.has_process())
-    return Status::Error(Code::kNotSupported,
-                         "snapshot `{}` is a rootfs capture: pull it (`gpusnap pull`), then restore it by its id into "
-                         "a placeholder container",
-                         meta.id);
+  if (!meta.capture_path.has_process()) {
+    // A rootfs capture from a registry: into the store whole (it has no
+    // chunks to stream beside CRIU), then restored by its own story.
+    if (!run.pull)
+      return Status::Error(Code::kInternal, "snapshot `{}` is a rootfs capture, restored by its own story", meta.id);
+    GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, run.pull->Publish());
+    RestoreOptions by_id = options;
+    by_id.id = meta.id;
+    by_id.store = store_root;
+    GPUSNAP_ASSIGN_OR_RETURN(RestoreResult rootfs, RestoreRootfs(by_id, ""));
+    rootfs.timings_s["pull"] = pulled.seconds;
+    return rootfs;
+  }
   // A GPU tree's digests are checked while CRIU restores it, every task left
   // stopped, and nothing of it runs before they all match; any other tree's
   // before CRIU starts.
