@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "util/split.h"
+
 namespace gpusnap::container {
 
 namespace {
@@ -125,16 +127,6 @@ std::optional<KubeletLogName> ParseKubeletLogName(std::string_view name) {
 }
 
 namespace {
-
-std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  for (;;) {
-    size_t at = s.find(sep);
-    out.push_back(s.substr(0, at));
-    if (at == std::string_view::npos) return out;
-    s.remove_prefix(at + 1);
-  }
-}
 
 struct CgroupMount {
   std::string_view root;         // the hierarchy's path mounted there

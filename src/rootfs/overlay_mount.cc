@@ -3,19 +3,11 @@
 #include <algorithm>
 #include <charconv>
 
+#include "util/split.h"
+
 namespace gpusnap::rootfs {
 
 namespace {
-
-std::vector<std::string_view> Split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  for (;;) {
-    size_t at = s.find(sep);
-    out.push_back(s.substr(0, at));
-    if (at == std::string_view::npos) return out;
-    s.remove_prefix(at + 1);
-  }
-}
 
 bool IsOctal(char c) { return c >= '0' && c <= '7'; }
 
