@@ -4,13 +4,18 @@
 #include <sched.h>
 #include <signal.h>
 #include <grp.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -42,7 +47,7 @@ struct Report {
   int value = 0;  // step 0: the command's host pid; else an errno
 };
 const char* const kSteps[] = {"", "joining its cgroups", "entering its namespaces", "entering its root",
-                              "entering its working directory", "forking", "setting its uid and gid", "exec"};
+                              "entering its working directory", "forking", "taking the init's uid, gid and capabilities", "exec"};
 
 void ReportAndExit(int fd, int step) {
   Report r{step, errno == 0 ? EIO : errno};
@@ -77,19 +82,55 @@ void Exec(const std::vector<const char*>& candidates, char* const* argv, char* c
   errno = first_error;
 }
 
-// The real uid and gid of `pid` (/proc/<pid>/status).
-Result<std::pair<uid_t, gid_t>> InitIds(pid_t pid) {
-  std::string path = fmt::format("/proc/{}/status", pid);
-  GPUSNAP_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  unsigned long uid = 0, gid = 0;
-  auto u = text.find("\nUid:"), g = text.find("\nGid:");
-  if (u == std::string::npos || g == std::string::npos || std::sscanf(text.c_str() + u + 5, "%lu", &uid) != 1 ||
-      std::sscanf(text.c_str() + g + 5, "%lu", &gid) != 1)
-    return Status::Error(Code::kInternal, "`{}` names no Uid and Gid", path);
-  return std::pair{static_cast<uid_t>(uid), static_cast<gid_t>(gid)};
+// Gives up the capabilities `cred` lacks, then takes its uid and gid, then
+// its capability sets and no_new_privs: a child of a threaded process, so
+// raw syscalls only. False, errno set, on a refusal.
+bool TakeCredentials(const Credentials& cred, int last_cap) {
+  for (int cap = 0; cap <= last_cap && cap < 64; ++cap)
+    if (!(cred.cap_bounding >> cap & 1) && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+      return false;
+  if (::setgroups(0, nullptr) != 0 || ::setgid(cred.gid) != 0 || ::setuid(cred.uid) != 0) return false;
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    data[i].effective = static_cast<uint32_t>(cred.cap_effective >> (32 * i));
+    data[i].permitted = static_cast<uint32_t>(cred.cap_permitted >> (32 * i));
+    data[i].inheritable = static_cast<uint32_t>(cred.cap_inheritable >> (32 * i));
+  }
+  if (::syscall(SYS_capset, &header, data) != 0) return false;
+  return !cred.no_new_privs || ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0;
 }
 
 }  // namespace
+
+Result<Credentials> ParseCredentials(std::string_view status, std::string_view where) {
+  Credentials c;
+  bool uid = false, gid = false, bnd = false;
+  for (std::string_view rest = status; !rest.empty();) {
+    size_t end = rest.find('\n');
+    std::string_view line = rest.substr(0, end);
+    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
+    size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    std::string_view key = line.substr(0, colon), value = line.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    auto number = [&](int base, uint64_t& out) {
+      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), out, base);
+      return ec == std::errc() && p != value.data();
+    };
+    uint64_t v = 0;
+    if (key == "Uid" && number(10, v)) c.uid = static_cast<uid_t>(v), uid = true;
+    else if (key == "Gid" && number(10, v)) c.gid = static_cast<gid_t>(v), gid = true;
+    else if (key == "CapInh" && number(16, v)) c.cap_inheritable = v;
+    else if (key == "CapPrm" && number(16, v)) c.cap_permitted = v;
+    else if (key == "CapEff" && number(16, v)) c.cap_effective = v;
+    else if (key == "CapBnd" && number(16, v)) c.cap_bounding = v, bnd = true;
+    else if (key == "NoNewPrivs" && number(10, v)) c.no_new_privs = v != 0;
+  }
+  if (!uid || !gid || !bnd)
+    return Status::Error(Code::kInternal, "`{}` names no Uid, Gid and CapBnd", where);
+  return c;
+}
 
 Result<pid_t> SpawnInContainer(const ContainerCommand& c) {
   if (c.argv.empty()) return Status::Error(Code::kInvalidArgument, "no command to start in the container");
@@ -119,7 +160,11 @@ Result<pid_t> SpawnInContainer(const ContainerCommand& c) {
   UniqueFd out(::open((proc + "/fd/1").c_str(), O_WRONLY | O_CLOEXEC));
   UniqueFd err(::open((proc + "/fd/2").c_str(), O_WRONLY | O_CLOEXEC));
   UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  GPUSNAP_ASSIGN_OR_RETURN(auto ids, InitIds(c.init));
+  std::string status_path = proc + "/status";
+  GPUSNAP_ASSIGN_OR_RETURN(std::string status_text, ReadFile(status_path));
+  GPUSNAP_ASSIGN_OR_RETURN(Credentials cred, ParseCredentials(status_text, status_path));
+  int last_cap = 40;
+  if (auto text = ReadFile("/proc/sys/kernel/cap_last_cap"); text.ok()) last_cap = std::atoi(text->c_str());
   std::vector<char*> argv, envp;
   for (const auto& a : c.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -164,8 +209,7 @@ Result<pid_t> SpawnInContainer(const ContainerCommand& c) {
         if (in >= 0) ::dup2(in, 0);
         ::dup2(out.valid() ? out.get() : in, 1);
         ::dup2(err.valid() ? err.get() : in, 2);
-        if (::setgroups(0, nullptr) != 0 || ::setgid(ids.second) != 0 || ::setuid(ids.first) != 0)
-          ReportAndExit(w, 6);
+        if (!TakeCredentials(cred, last_cap)) ReportAndExit(w, 6);
         Exec(candidate_ptrs, argv.data(), envp.data());
         ReportAndExit(w, 7);
       }

@@ -4,20 +4,34 @@
 // working directory given, and re-parented to that init, which reaps it. What
 // a rootfs restore runs its recorded command by (docs/CAPTURE-PATHS.md).
 //
-// The command runs with gpusnap's credentials inside those namespaces but
-// the init's uid and gid: the container's own seccomp filter and
-// capability set are not copied (the placeholder holds none of its own to
-// copy from: it is gpusnap too).
+// The command takes the credentials of the container's init: its uid and
+// gid, its capability sets (bounding, effective, permitted, inheritable) and
+// its no_new_privs; a seccomp filter the runtime gave the init is not
+// copied.
 #pragma once
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpusnap/status.h"
 
 namespace gpusnap::ns {
+
+// What of a process's credentials a command started beside it takes.
+struct Credentials {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  uint64_t cap_inheritable = 0, cap_permitted = 0, cap_effective = 0, cap_bounding = 0;
+  bool no_new_privs = false;
+};
+
+// Pure: the credentials of a /proc/<pid>/status text. kInternal naming
+// `where` when it lacks Uid, Gid or CapBnd.
+Result<Credentials> ParseCredentials(std::string_view status, std::string_view where);
 
 struct ContainerCommand {
   pid_t init = 0;                         // host pid of the container's init
