@@ -16,7 +16,9 @@ archive are refused before anything is written or started.
 
 A rootfs snapshot goes through a real registry (tests/e2e/registry.py) into
 another store, the same bytes, and restores from there (a reference itself is
-refused: it is pulled first).
+refused: it is pulled first). The agent takes a container by the rootfs path
+when asked, by itself (its default `auto`) for an io_uring tree, and restores
+a rootfs snapshot into a placeholder as a job.
 
 Skips, saying so, where containerd, buildah or busybox-static is missing (and
 docker-registry, for the registry's test)."""
@@ -38,6 +40,7 @@ import uuid
 
 import registry
 from harness import GPUSNAP, WORKLOADS, read_meta, write_meta
+from test_agent import Agent
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -594,6 +597,68 @@ class RootfsCapture(unittest.TestCase):
         self.assertFalse(out.get("fallback_reason"))
         self.assert_restored_start(placeholder, out["pid"])
         self.assertEqual(self.server.count(), fetches, "the restored start fetched its source again")
+
+    # --- through the agent -----------------------------------------------------
+    def start_agent(self):
+        agent = Agent(self, socket_path=os.path.join(self.tmp, "agent-" + uuid.uuid4().hex[:8], "agent.sock"))
+        self.addCleanup(agent.stop)
+        return agent
+
+    def agent_job(self, agent, path, body, timeout=120):
+        """POSTs `body` to `path` and waits for its job to end: the job."""
+        status, reply = agent.request("POST", path, body)
+        self.assertEqual(status, 202, reply)
+        end = time.time() + timeout
+        while time.time() < end:
+            status, job = agent.request("GET", f"/v1/jobs/{reply['job']}")
+            self.assertEqual(status, 200, job)
+            if job["state"] != "running":
+                return job
+            time.sleep(0.1)
+        self.fail(f"job {reply['job']} still running: {job}\n{agent.log()}")
+
+    def test_the_agent_captures_by_the_rootfs_path_and_restores_into_a_placeholder(self):
+        fetches = self.server.count()
+        agent = self.start_agent()
+        job = self.agent_job(agent, "/v1/checkpoints", {"container": self.source["id"], "capturePath": "rootfs",
+                                                        "caches": ["/cache"], "leaveRunning": True,
+                                                        "snapshotId": "agent-rootfs"})
+        self.assertEqual(job["state"], "succeeded", f"{job}\n{agent.log()}")
+        self.assertEqual(job["snapshot"], "agent-rootfs")
+        self.assertEqual((job["capturePath"]["requested"], job["capturePath"]["path"]), ("rootfs", "rootfs"))
+        self.assertIn(self.source["id"], job["target"])
+        self.assertTrue(alive(self.tree_root(self.source)))
+        meta = self.inspect("agent-rootfs")
+        self.assertEqual(meta["capture_path"]["path"], "rootfs")
+        self.assertEqual([(c["path"], c["file"], c["mount"]) for c in meta["rootfs"]["caches"]],
+                         [("/cache", "caches/0.tar", True)])
+
+        placeholder = self.start_placeholder()
+        job = self.agent_job(agent, "/v1/restores", {"snapshot": "agent-rootfs", "name": f"r-{placeholder['id'][:8]}",
+                                                     "target": {"container": placeholder["id"]}})
+        self.assertEqual(job["state"], "succeeded", f"{job}\n{agent.log()}")
+        self.assertEqual(job["restorePath"], "rootfs")
+        self.assertNotIn("fallbackReason", job)
+        self.assert_restored_start(placeholder, job["restoredPid"])
+        self.assertEqual(self.server.count(), fetches, "the restored start fetched its source again")
+
+    def test_the_agents_default_takes_an_io_uring_tree_by_the_rootfs_path(self):
+        ring, pid, fd = self.ring_container()
+        agent = self.start_agent()
+        job = self.agent_job(agent, "/v1/checkpoints", {"container": ring["id"]})
+        self.assertEqual(job["state"], "succeeded", f"{job}\n{agent.log()}")
+        chosen = job["capturePath"]
+        self.assertEqual((chosen["requested"], chosen["path"]), ("auto", "rootfs"))
+        self.assertIn("io_uring", chosen["reason"])
+        self.assertIn(f"pid {pid}", chosen["reason"])
+        self.assertIn(f"fd {fd}", chosen["reason"])
+        recorded = self.inspect(job["snapshot"])["capture_path"]
+        self.assertEqual({k: recorded.get(k) for k in chosen}, chosen)
+        self.assertIn("by the rootfs path (asked: auto", agent.log())
+        # A rootfs capture leaves the tree running, and its init not held stopped.
+        self.assertTrue(alive(pid))
+        with open(f"/proc/{ring['init']}/stat") as f:
+            self.assertNotEqual(f.read().rsplit(")", 1)[1].split()[0], "T")
 
 
 if __name__ == "__main__":
