@@ -14,7 +14,15 @@ a `both` snapshot falls back to rootfs on a node whose process restore is
 refused (no CRIU there); another image, a diff escaping the root and a corrupt
 archive are refused before anything is written or started.
 
-Skips, saying so, where containerd, buildah or busybox-static is missing."""
+A rootfs snapshot goes through a real registry (tests/e2e/registry.py) into
+another store, the same bytes, and restores from there (a reference itself is
+refused: it is pulled first). The agent takes a container by the rootfs path
+when asked, by itself (its default `auto`) for an io_uring tree, and restores
+a rootfs snapshot into a placeholder as a job.
+
+Skips, saying so, where containerd, buildah or busybox-static is missing (and
+docker-registry, for the registry's test)."""
+import filecmp
 import hashlib
 import http.server
 import io
@@ -30,7 +38,9 @@ import time
 import unittest
 import uuid
 
+import registry
 from harness import GPUSNAP, WORKLOADS, read_meta, write_meta
+from test_agent import Agent
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -268,8 +278,8 @@ class RootfsCapture(unittest.TestCase):
         return kids[0]
 
     # --- gpusnap ---------------------------------------------------------------
-    def gs(self, *args, check=True, timeout=300):
-        p = subprocess.run([GPUSNAP, *args], capture_output=True, text=True, env=self.env, timeout=timeout)
+    def gs(self, *args, check=True, timeout=300, env=None):
+        p = subprocess.run([GPUSNAP, *args], capture_output=True, text=True, env=env or self.env, timeout=timeout)
         if check and p.returncode != 0:
             self.fail(f"gpusnap {' '.join(args)} failed ({p.returncode}):\n{p.stderr}{p.stdout}")
         return p
@@ -289,9 +299,9 @@ class RootfsCapture(unittest.TestCase):
             self.snapshots[path] = (sid, p)
         return self.snapshots[path][0]
 
-    def restore(self, snapshot, placeholder, *extra, check=True):
+    def restore(self, snapshot, placeholder, *extra, check=True, env=None):
         return self.gs("--json", "restore", snapshot, "--name", f"r-{placeholder['id'][:8]}", *extra,
-                       "--into-container", placeholder["id"], check=check)
+                       "--into-container", placeholder["id"], check=check, env=env)
 
     def copy_snapshot(self, snapshot, new_id):
         """A copy of a snapshot under another id, sealed as gpusnap seals one."""
@@ -406,7 +416,10 @@ class RootfsCapture(unittest.TestCase):
         self.assertIn(OTHER_IMAGE, p.stderr)
         self.assert_untouched(placeholder, before)
 
-    def test_auto_picks_rootfs_for_a_tree_holding_an_io_uring_ring(self):
+    def ring_container(self):
+        """A container whose one tree (ring_probe) holds an io_uring ring:
+        the container, the tree's root and the ring's fd. Skips where there is
+        no ring_probe or the kernel gives no io_uring."""
         if not os.path.exists(RING_PROBE):
             self.skipTest(f"no {RING_PROBE} (build target wl_ring_probe)")
         ring = self.run_container(["sh", "-c", f"{RING_PROBE} >/out/log 2>&1 & wait"],
@@ -414,8 +427,10 @@ class RootfsCapture(unittest.TestCase):
         log = self.wait_log(ring, "step 3")
         if "io_uring: refused" in log:
             self.skipTest(f"this kernel gives no io_uring ({log.splitlines()[0]})")
-        pid = self.tree_root(ring)
-        fd = re.search(r"io_uring: fd (\d+)", log)[1]
+        return ring, self.tree_root(ring), re.search(r"io_uring: fd (\d+)", log)[1]
+
+    def test_auto_picks_rootfs_for_a_tree_holding_an_io_uring_ring(self):
+        _, pid, fd = self.ring_container()
 
         p = self.gs("checkpoint", "--capture-path", "process", "--id", "ring-process", str(pid), check=False)
         self.assertNotEqual(p.returncode, 0, p.stdout)
@@ -531,6 +546,119 @@ class RootfsCapture(unittest.TestCase):
         self.assertIn("checking `caches/0.tar`", p.stderr)
         self.assertIn("is no intact tar archive", p.stderr)
         self.assert_untouched(placeholder, before)
+
+
+    # --- through a registry ----------------------------------------------------
+    def start_registry(self):
+        if not os.access(registry.DOCKER_REGISTRY, os.X_OK):
+            self.skipTest(f"no docker-registry at {registry.DOCKER_REGISTRY} (apt: docker-registry)")
+        reg = registry.Registry(os.path.join(self.tmp, "registry-" + uuid.uuid4().hex[:8]), "plain")
+        self.addCleanup(reg.close)
+        reg.start()
+        return reg
+
+    def other_store(self, name):
+        return dict(self.env, GPUSNAP_STORE=os.path.join(self.tmp, f"{name}-{uuid.uuid4().hex[:8]}"))
+
+    def test_a_rootfs_snapshot_pushed_pulled_into_another_store_and_restored_from_there(self):
+        reg = self.start_registry()
+        fetches = self.server.count()
+        sid = self.capture("rootfs")
+        ref = f"{reg.host}/team/rootfs:v1"
+        pushed = json.loads(self.gs("--json", "push", sid, ref, "--plain-http").stdout)
+        self.assertTrue(pushed["digest"].startswith("sha256:"), pushed)
+
+        # Restored from the reference itself: refused, saying to pull first;
+        # nothing started in the placeholder, nothing joins that store.
+        placeholder = self.start_placeholder()
+        before = tree_of(placeholder["upper"])
+        node_c = self.other_store("store-c")
+        p = self.restore(ref, placeholder, "--plain-http", check=False, env=node_c)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertIn("rootfs capture", p.stderr)
+        self.assertIn("`gpusnap pull`", p.stderr)
+        self.assert_untouched(placeholder, before)
+        self.assertEqual(json.loads(self.gs("--json", "ls", env=node_c).stdout), [])
+
+        # Pulled into an empty store: the same bytes.
+        node_b = self.other_store("store-b")
+        pulled = json.loads(self.gs("--json", "pull", ref, "--plain-http", env=node_b).stdout)
+        self.assertEqual(pulled["id"], sid)
+        there = os.path.join(node_b["GPUSNAP_STORE"], "snapshots", sid)
+        for name in ("rootfs-diff.tar", "deleted.files", os.path.join("caches", "0.tar")):
+            self.assertTrue(filecmp.cmp(os.path.join(self.snapdir(sid), name), os.path.join(there, name),
+                                        shallow=False), name)
+        self.assertEqual(json.loads(self.gs("--json", "inspect", sid, env=node_b).stdout)["rootfs"],
+                         self.inspect(sid)["rootfs"])
+
+        # Restored by its id from that store, into the placeholder the refusal left idle.
+        out = json.loads(self.restore(sid, placeholder, env=node_b).stdout)
+        self.assertEqual(out["restore_path"], "rootfs")
+        self.assertFalse(out.get("fallback_reason"))
+        self.assert_restored_start(placeholder, out["pid"])
+        self.assertEqual(self.server.count(), fetches, "the restored start fetched its source again")
+
+    # --- through the agent -----------------------------------------------------
+    def start_agent(self):
+        agent = Agent(self, socket_path=os.path.join(self.tmp, "agent-" + uuid.uuid4().hex[:8], "agent.sock"))
+        self.addCleanup(agent.stop)
+        return agent
+
+    def agent_job(self, agent, path, body, timeout=120):
+        """POSTs `body` to `path` and waits for its job to end: the job."""
+        status, reply = agent.request("POST", path, body)
+        self.assertEqual(status, 202, reply)
+        end = time.time() + timeout
+        while time.time() < end:
+            status, job = agent.request("GET", f"/v1/jobs/{reply['job']}")
+            self.assertEqual(status, 200, job)
+            if job["state"] != "running":
+                return job
+            time.sleep(0.1)
+        self.fail(f"job {reply['job']} still running: {job}\n{agent.log()}")
+
+    def test_the_agent_captures_by_the_rootfs_path_and_restores_into_a_placeholder(self):
+        fetches = self.server.count()
+        agent = self.start_agent()
+        job = self.agent_job(agent, "/v1/checkpoints", {"container": self.source["id"], "capturePath": "rootfs",
+                                                        "caches": ["/cache"], "leaveRunning": True,
+                                                        "snapshotId": "agent-rootfs"})
+        self.assertEqual(job["state"], "succeeded", f"{job}\n{agent.log()}")
+        self.assertEqual(job["snapshot"], "agent-rootfs")
+        self.assertEqual((job["capturePath"]["requested"], job["capturePath"]["path"]), ("rootfs", "rootfs"))
+        self.assertIn(self.source["id"], job["target"])
+        self.assertTrue(alive(self.tree_root(self.source)))
+        meta = self.inspect("agent-rootfs")
+        self.assertEqual(meta["capture_path"]["path"], "rootfs")
+        self.assertEqual([(c["path"], c["file"], c["mount"]) for c in meta["rootfs"]["caches"]],
+                         [("/cache", "caches/0.tar", True)])
+
+        placeholder = self.start_placeholder()
+        job = self.agent_job(agent, "/v1/restores", {"snapshot": "agent-rootfs", "name": f"r-{placeholder['id'][:8]}",
+                                                     "target": {"container": placeholder["id"]}})
+        self.assertEqual(job["state"], "succeeded", f"{job}\n{agent.log()}")
+        self.assertEqual(job["restorePath"], "rootfs")
+        self.assertNotIn("fallbackReason", job)
+        self.assert_restored_start(placeholder, job["restoredPid"])
+        self.assertEqual(self.server.count(), fetches, "the restored start fetched its source again")
+
+    def test_the_agents_default_takes_an_io_uring_tree_by_the_rootfs_path(self):
+        ring, pid, fd = self.ring_container()
+        agent = self.start_agent()
+        job = self.agent_job(agent, "/v1/checkpoints", {"container": ring["id"]})
+        self.assertEqual(job["state"], "succeeded", f"{job}\n{agent.log()}")
+        chosen = job["capturePath"]
+        self.assertEqual((chosen["requested"], chosen["path"]), ("auto", "rootfs"))
+        self.assertIn("io_uring", chosen["reason"])
+        self.assertIn(f"pid {pid}", chosen["reason"])
+        self.assertIn(f"fd {fd}", chosen["reason"])
+        recorded = self.inspect(job["snapshot"])["capture_path"]
+        self.assertEqual({k: recorded.get(k) for k in chosen}, chosen)
+        self.assertIn("by the rootfs path (asked: auto", agent.log())
+        # A rootfs capture leaves the tree running, and its init not held stopped.
+        self.assertTrue(alive(pid))
+        with open(f"/proc/{ring['init']}/stat") as f:
+            self.assertNotEqual(f.read().rsplit(")", 1)[1].split()[0], "T")
 
 
 if __name__ == "__main__":
