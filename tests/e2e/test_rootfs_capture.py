@@ -14,9 +14,9 @@ a `both` snapshot falls back to rootfs on a node whose process restore is
 refused (no CRIU there); another image, a diff escaping the root and a corrupt
 archive are refused before anything is written or started.
 
-A rootfs snapshot goes through a real registry (tests/e2e/registry.py) into
-another store, the same bytes, and restores from there (a reference itself is
-refused: it is pulled first). The agent takes a container by the rootfs path
+A rootfs snapshot goes through a real registry (tests/e2e/registry.py): it
+restores from its reference into an empty store (pulled whole first), and is
+pulled into another store, the same bytes, and restores from there. The agent takes a container by the rootfs path
 when asked, by itself (its default `auto`) for an io_uring tree, and restores
 a rootfs snapshot into a placeholder as a job.
 
@@ -568,19 +568,17 @@ class RootfsCapture(unittest.TestCase):
         pushed = json.loads(self.gs("--json", "push", sid, ref, "--plain-http").stdout)
         self.assertTrue(pushed["digest"].startswith("sha256:"), pushed)
 
-        # Restored from the reference itself: refused, saying to pull first;
-        # nothing started in the placeholder, nothing joins that store.
+        # Restored from the reference itself into an empty store: pulled whole, then restored.
         placeholder = self.start_placeholder()
-        before = tree_of(placeholder["upper"])
         node_c = self.other_store("store-c")
-        p = self.restore(ref, placeholder, "--plain-http", check=False, env=node_c)
-        self.assertNotEqual(p.returncode, 0, p.stdout)
-        self.assertIn("rootfs capture", p.stderr)
-        self.assertIn("`gpusnap pull`", p.stderr)
-        self.assert_untouched(placeholder, before)
-        self.assertEqual(json.loads(self.gs("--json", "ls", env=node_c).stdout), [])
+        out = json.loads(self.restore(ref, placeholder, "--plain-http", env=node_c).stdout)
+        self.assertEqual(out["restore_path"], "rootfs")
+        self.assertIn("pull", out["timings_s"])
+        self.assert_restored_start(placeholder, out["pid"])
+        self.assertEqual([s["id"] for s in json.loads(self.gs("--json", "ls", env=node_c).stdout)], [sid])
+        self.assertEqual(os.listdir(os.path.join(node_c["GPUSNAP_STORE"], "pulls")), [])
 
-        # Pulled into an empty store: the same bytes.
+        # Pulled into another empty store: the same bytes.
         node_b = self.other_store("store-b")
         pulled = json.loads(self.gs("--json", "pull", ref, "--plain-http", env=node_b).stdout)
         self.assertEqual(pulled["id"], sid)
@@ -591,12 +589,13 @@ class RootfsCapture(unittest.TestCase):
         self.assertEqual(json.loads(self.gs("--json", "inspect", sid, env=node_b).stdout)["rootfs"],
                          self.inspect(sid)["rootfs"])
 
-        # Restored by its id from that store, into the placeholder the refusal left idle.
-        out = json.loads(self.restore(sid, placeholder, env=node_b).stdout)
+        # Restored by its id from that store, into a second placeholder.
+        second = self.start_placeholder()
+        out = json.loads(self.restore(sid, second, env=node_b).stdout)
         self.assertEqual(out["restore_path"], "rootfs")
         self.assertFalse(out.get("fallback_reason"))
-        self.assert_restored_start(placeholder, out["pid"])
-        self.assertEqual(self.server.count(), fetches, "the restored start fetched its source again")
+        self.assert_restored_start(second, out["pid"])
+        self.assertEqual(self.server.count(), fetches, "a restored start fetched its source again")
 
     # --- through the agent -----------------------------------------------------
     def start_agent(self):
