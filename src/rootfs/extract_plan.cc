@@ -166,7 +166,12 @@ ExtractionPlan PlanExtraction(const std::vector<ArchiveEntry>& entries, const st
 
 Status PlanStatus(const ExtractionPlan& plan, std::string_view archive_name) {
   if (plan.refused.empty()) return Status::Ok();
-  std::string more = plan.refused.size() > 1 ? fmt::format(" (and {} more refused)", plan.refused.size() - 1) : "";
+  // The first with its reason, the next few by name: enough to find them all in the archive.
+  constexpr size_t kNamed = 3;
+  std::string more;
+  for (size_t i = 1; i < plan.refused.size() && i <= kNamed; ++i)
+    more += fmt::format("{}`{}`", i == 1 ? "; also refused: " : ", ", plan.refused[i].entry);
+  if (plan.refused.size() > kNamed + 1) more += fmt::format(" and {} more", plan.refused.size() - kNamed - 1);
   return Status::Error(Code::kCorruption, "`{}`: {}{}; nothing was applied", archive_name, plan.refused.front().reason,
                        more);
 }

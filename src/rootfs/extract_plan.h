@@ -72,7 +72,7 @@ ExtractionPlan PlanExtraction(const std::vector<ArchiveEntry>& entries,
                               const std::vector<std::string>& deleted_paths = {});
 
 // OK when nothing was refused; else kCorruption: "`<archive>`: <first reason>
-// (and N more entries refused); nothing was applied".
+// also refused: `<entry>`, ... (up to three, then how many more); nothing was applied".
 Status PlanStatus(const ExtractionPlan& plan, std::string_view archive_name);
 
 }  // namespace gpusnap::rootfs

@@ -130,7 +130,13 @@ TEST(RootfsPlan, EveryRefusalIsListedTheFirstNamedInTheStatus) {
   EXPECT_EQ(plan.order, (std::vector<size_t>{1, 3}));
   Status st = PlanStatus(plan, "rootfs-diff.tar");
   EXPECT_EQ(st.code(), Code::kCorruption);
-  EXPECT_NE(st.message().find("`/abs` is an absolute path (and 3 more refused)"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("`/abs` is an absolute path; also refused: `../up`, `s/x`, `/`; nothing was applied"),
+            std::string::npos)
+      << st.message();
+  ExtractionPlan many = PlanExtraction({File("/a"), File("/b"), File("/c"), File("/d"), File("/e"), File("/f")});
+  EXPECT_NE(PlanStatus(many, "x.tar").message().find("also refused: `/b`, `/c`, `/d` and 2 more; nothing was applied"),
+            std::string::npos)
+      << PlanStatus(many, "x.tar").message();
 }
 
 }  // namespace
