@@ -137,9 +137,15 @@ Result<TransferResult> Push(const PushOptions& o) {
   std::vector<registry::Blob> blobs;
   for (const PushItem& item : items) blobs.push_back(item.blob);
   std::vector<size_t> distinct = registry::DistinctBlobs(blobs);
-  uint64_t distinct_bytes = 0;
-  for (size_t i : distinct) distinct_bytes += blobs[i].size;
-  registry::TransferMeter meter("push", o.progress, distinct.size(), distinct_bytes);
+  uint64_t total = 0;
+  for (const auto& b : blobs) total += b.size;
+  // Every layer of the manifest is counted; a repeat of a digest is there
+  // once the first is, so it counts as found there.
+  registry::TransferMeter meter("push", o.progress, blobs.size(), total);
+  for (size_t i = 0, next = 0; i < blobs.size(); ++i) {
+    if (next < distinct.size() && distinct[next] == i) ++next;
+    else meter.BlobSkipped(blobs[i].size);
+  }
   GPUSNAP_RETURN_IF_ERROR(registry::RunEach(distinct.size(), o.access.jobs, [&](size_t i) {
                             return PushOne(*client, ref.repository, o.mount_from, items[distinct[i]], meter);
                           }).Wrap(fmt::format("push of `{}` to `{}`", meta.id, o.reference)));
