@@ -17,6 +17,18 @@ import unittest
 from harness import GPUSNAP, WORKLOADS, FakeGpuCase, GpusnapCase, free_port, read_meta, write_meta
 
 
+
+def wait_for_job(case, agent, job_id, timeout=120):
+    """Polls GET /v1/jobs/ID until the job is no longer running: the job."""
+    end = time.time() + timeout
+    while time.time() < end:
+        status, job = agent.request("GET", f"/v1/jobs/{job_id}")
+        case.assertEqual(status, 200, job)
+        if job["state"] != "running":
+            return job
+        time.sleep(0.1)
+    case.fail(f"job {job_id} still running: {job}\n{agent.log()}")
+
 class UnixHTTPConnection(http.client.HTTPConnection):
     def __init__(self, path, timeout=30):
         super().__init__("localhost", timeout=timeout)
@@ -114,14 +126,7 @@ class AgentCase(GpusnapCase):
         return agent
 
     def wait_job(self, agent, job_id, timeout=120):
-        end = time.time() + timeout
-        while time.time() < end:
-            status, job = agent.request("GET", f"/v1/jobs/{job_id}")
-            self.assertEqual(status, 200, job)
-            if job["state"] != "running":
-                return job
-            time.sleep(0.1)
-        self.fail(f"job {job_id} still running: {job}\n{agent.log()}")
+        return wait_for_job(self, agent, job_id, timeout)
 
     def checkpoint_via(self, agent, body):
         status, reply = agent.request("POST", "/v1/checkpoints", body)

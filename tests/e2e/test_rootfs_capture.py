@@ -40,7 +40,7 @@ import uuid
 
 import registry
 from harness import GPUSNAP, WORKLOADS, read_meta, write_meta
-from test_agent import Agent
+from test_agent import Agent, wait_for_job
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -607,14 +607,7 @@ class RootfsCapture(unittest.TestCase):
         """POSTs `body` to `path` and waits for its job to end: the job."""
         status, reply = agent.request("POST", path, body)
         self.assertEqual(status, 202, reply)
-        end = time.time() + timeout
-        while time.time() < end:
-            status, job = agent.request("GET", f"/v1/jobs/{reply['job']}")
-            self.assertEqual(status, 200, job)
-            if job["state"] != "running":
-                return job
-            time.sleep(0.1)
-        self.fail(f"job {reply['job']} still running: {job}\n{agent.log()}")
+        return wait_for_job(self, agent, reply["job"], timeout)
 
     def test_the_agent_captures_by_the_rootfs_path_and_restores_into_a_placeholder(self):
         fetches = self.server.count()
