@@ -24,6 +24,14 @@ def require_root(case):
         raise unittest.SkipTest("needs root (CRIU and namespaces)")
 
 
+def require_built(case, *built):
+    """Skips `case`, naming the file and its build target, unless every
+    (path, target) of `built` is there."""
+    for path, target in built:
+        if not os.path.exists(path):
+            case.skipTest(f"no {path} (build target {target})")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

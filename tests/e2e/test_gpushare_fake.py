@@ -13,7 +13,7 @@ import subprocess
 import time
 import unittest
 
-from harness import GPUSNAP, FakeGpuCase, WorkerSteps
+from harness import GPUSNAP, FakeGpuCase, WorkerSteps, require_built
 
 BUILD = os.path.dirname(GPUSNAP)
 FAKE_DIR = os.environ.get("GPUSNAP_FAKE_CUDA_DIR", os.path.join(BUILD, "fakes"))
@@ -30,10 +30,8 @@ DEVICE_BYTES = (70 + 6 + 64) * MIB  # as the shim maps them: 5 MiB rounds up to 
 class GpushareFake(WorkerSteps, FakeGpuCase):
     def setUp(self):
         super().setUp()
-        for path, target in ((os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"), (WORKER, "wl_vmm_worker"),
-                             (SHIM, "gpusnap_gpushare")):
-            if not os.path.exists(path):
-                self.skipTest(f"no {path} (build target {target})")
+        require_built(self, (os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"), (WORKER, "wl_vmm_worker"),
+                      (SHIM, "gpusnap_gpushare"))
         self.fail_file = os.path.join(self.tmp, "fail")
         open(self.fail_file, "w").close()
         # The worker loads the fake too (it is the process the driver serves).
@@ -508,10 +506,8 @@ class GpushareScratchFake(FakeGpuCase):
 
     def setUp(self):
         super().setUp()
-        for path, target in ((os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"),
-                             (SCRATCH_WORKER, "wl_scratch_worker"), (SHIM, "gpusnap_gpushare")):
-            if not os.path.exists(path):
-                self.skipTest(f"no {path} (build target {target})")
+        require_built(self, (os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"),
+                      (SCRATCH_WORKER, "wl_scratch_worker"), (SHIM, "gpusnap_gpushare"))
         self.env = self.gpu_env
         self.output = os.path.join(self.run_dir, "logs", "scr.log")
 

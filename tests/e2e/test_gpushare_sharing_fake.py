@@ -11,7 +11,7 @@ import re
 import time
 import unittest
 
-from harness import FakeGpuCase, WorkerSteps
+from harness import FakeGpuCase, WorkerSteps, require_built
 from test_gpushare_fake import FAKE_DIR, SHIM, WORKLOADS
 
 PAIR = os.path.join(WORKLOADS, "share_pair")
@@ -22,10 +22,8 @@ class SharingFake(WorkerSteps, FakeGpuCase):
 
     def setUp(self):
         super().setUp()
-        for path, target in ((os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"), (PAIR, "wl_share_pair"),
-                             (SHIM, "gpusnap_gpushare")):
-            if not os.path.exists(path):
-                self.skipTest(f"no {path} (build target {target})")
+        require_built(self, (os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"), (PAIR, "wl_share_pair"),
+                      (SHIM, "gpusnap_gpushare"))
         self.fail_file = os.path.join(self.tmp, "fail")
         open(self.fail_file, "w").close()
         # The shim's own test hook: "release <pid>" in this file fails that

@@ -8,7 +8,7 @@ import re
 import time
 import unittest
 
-from harness import GPUSNAP, WORKLOADS, GpusnapCase
+from harness import GPUSNAP, WORKLOADS, GpusnapCase, require_built
 
 PROBE = os.path.join(WORKLOADS, "ring_probe")
 SHIM = os.path.join(os.path.dirname(GPUSNAP), "libgpusnap_gpushare.so")
@@ -17,9 +17,7 @@ SHIM = os.path.join(os.path.dirname(GPUSNAP), "libgpusnap_gpushare.so")
 class IoUring(GpusnapCase):
     def setUp(self):
         super().setUp()
-        for path, target in ((PROBE, "wl_ring_probe"), (SHIM, "gpusnap_gpushare")):
-            if not os.path.exists(path):
-                self.skipTest(f"no {path} (build target {target})")
+        require_built(self, (PROBE, "wl_ring_probe"), (SHIM, "gpusnap_gpushare"))
         self.output = os.path.join(self.run_dir, "logs", "ring.log")
 
     def start(self, *flags):

@@ -11,7 +11,7 @@ import time
 import unittest
 
 import test_agent
-from harness import GPUSNAP, FakeGpuCase, WorkerSteps
+from harness import GPUSNAP, FakeGpuCase, WorkerSteps, require_built
 
 # The gpushare worker and its shape, as test_gpushare_fake.py runs it: 70, 6
 # (5 rounded up) and 64 MiB through the shim (in the manifest), 1 MiB left to
@@ -39,10 +39,8 @@ def task_states(pid):
 class StandbyCase(WorkerSteps, FakeGpuCase):
     def setUp(self):
         super().setUp()
-        for path, target in ((os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"), (WORKER, "wl_vmm_worker"),
-                             (SHIM, "gpusnap_gpushare")):
-            if not os.path.exists(path):
-                self.skipTest(f"no {path} (build target {target})")
+        require_built(self, (os.path.join(FAKE_DIR, "libcuda.so.1"), "fake_cuda"), (WORKER, "wl_vmm_worker"),
+                      (SHIM, "gpusnap_gpushare"))
         # The worker loads the fake too (it is the process the driver serves).
         self.env = dict(self.gpu_env)
         self.output = os.path.join(self.run_dir, "logs", "vmm.log")
