@@ -14,11 +14,25 @@
 
 namespace gpusnap::rootfs {
 
-int OpenBeneath(int dir_fd, const std::string& rel, int flags) {
+namespace {
+
+int OpenAt2(int dir_fd, const std::string& rel, int flags, uint64_t resolve) {
   struct open_how how = {};
   how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+  how.resolve = resolve;
   return static_cast<int>(::syscall(SYS_openat2, dir_fd, rel.empty() ? "." : rel.c_str(), &how, sizeof how));
+}
+
+constexpr uint64_t kNoLinks = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+
+}  // namespace
+
+int OpenBeneath(int dir_fd, const std::string& rel, int flags) {
+  return OpenAt2(dir_fd, rel, flags, kNoLinks | RESOLVE_NO_XDEV);
+}
+
+int OpenBeneathAcrossMounts(int dir_fd, const std::string& rel, int flags) {
+  return OpenAt2(dir_fd, rel, flags, kNoLinks);
 }
 
 Result<std::optional<EntryStat>> StatEntry(int dir_fd, const std::string& name, const std::string& what) {

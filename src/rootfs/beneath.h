@@ -25,6 +25,12 @@ namespace gpusnap::rootfs {
 // on the way or at the end, ENOTDIR for a non-directory on the way.
 int OpenBeneath(int dir_fd, const std::string& rel, int flags);
 
+// The same, but entering the mounts on the way: how a cache directory, often
+// a volume of the container, is reached from the container's root. Still no
+// link of any kind is followed; what lies beneath the directory is opened
+// with OpenBeneath from its descriptor.
+int OpenBeneathAcrossMounts(int dir_fd, const std::string& rel, int flags);
+
 // What `name` in `dir_fd` is, the entry itself (a link is not followed).
 struct EntryStat {
   FileKind kind = FileKind::kUnknown;

@@ -37,9 +37,8 @@ Result<DiffPlan> DiffPlanOf(const UpperTree& tree, const PathMatcher& exclusions
     const std::string path = ContainerPath(e.path);
     if (exclusions.Excludes(path)) {
       // Only the topmost excluded path is listed: what lies under it follows.
-      bool under_listed = std::any_of(plan.excluded.begin(), plan.excluded.end(), [&](const std::string& x) {
-        return path == x || (path.size() > x.size() && path.compare(0, x.size(), x) == 0 && path[x.size()] == '/');
-      });
+      bool under_listed = std::any_of(plan.excluded.begin(), plan.excluded.end(),
+                                      [&](const std::string& x) { return IsAtOrUnder(path, x); });
       if (!under_listed) plan.excluded.push_back(path);
       continue;
     }

@@ -73,4 +73,9 @@ const std::vector<std::string>& DefaultExclusions() {
   return kDefault;
 }
 
+bool IsAtOrUnder(std::string_view path, std::string_view dir) {
+  if (dir == "/") return !path.empty() && path.front() == '/';
+  return path == dir || (path.size() > dir.size() && path.substr(0, dir.size()) == dir && path[dir.size()] == '/');
+}
+
 }  // namespace gpusnap::rootfs

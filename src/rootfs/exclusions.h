@@ -41,6 +41,11 @@ class PathMatcher {
   std::vector<std::vector<std::string>> components_;
 };
 
+// Pure. Whether container path `path` is `dir` or lies beneath it, by whole
+// components ("/a/b" is under "/a", "/ab" is not; every absolute path is
+// under "/").
+bool IsAtOrUnder(std::string_view path, std::string_view dir);
+
 // What every rootfs capture leaves out, besides the container's own mount
 // points: the paths a container runtime mounts or makes in each container
 // (its /etc/hosts, /etc/hostname and /etc/resolv.conf, the kernel's

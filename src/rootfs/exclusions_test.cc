@@ -76,5 +76,15 @@ TEST(RootfsExclusions, TheDefaultsLeaveOutWhatTheRuntimeProvides) {
   EXPECT_FALSE(m->Excludes("/root/.cache/huggingface/hub/model.bin"));
 }
 
+TEST(RootfsPaths, AtOrUnderGoesByWholeComponents) {
+  EXPECT_TRUE(IsAtOrUnder("/a", "/a"));
+  EXPECT_TRUE(IsAtOrUnder("/a/b/c", "/a"));
+  EXPECT_FALSE(IsAtOrUnder("/ab", "/a"));
+  EXPECT_FALSE(IsAtOrUnder("/a", "/a/b"));
+  EXPECT_TRUE(IsAtOrUnder("/x", "/"));
+  EXPECT_TRUE(IsAtOrUnder("/", "/"));
+  EXPECT_FALSE(IsAtOrUnder("", "/"));
+}
+
 }  // namespace
 }  // namespace gpusnap::rootfs

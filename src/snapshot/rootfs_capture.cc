@@ -1,10 +1,8 @@
 #include "snapshot/rootfs_capture.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -16,6 +14,7 @@
 
 #include "container/freezer.h"
 #include "proc/proc.h"
+#include "rootfs/beneath.h"
 #include "rootfs/cache_archive.h"
 #include "rootfs/diff_plan.h"
 #include "rootfs/diff_writer.h"
@@ -30,20 +29,12 @@ namespace {
 
 constexpr std::string_view kUserOverlayPrefix = "user.overlay.";
 
-bool Under(std::string_view path, std::string_view dir) {
-  return path == dir || (path.size() > dir.size() && path.substr(0, dir.size()) == dir && path[dir.size()] == '/');
-}
-
-// A directory of the container opened through its root, as the container
-// resolves it (an absolute link stays inside), but following no link at all:
-// a cache directory reached through a link is refused rather than read
-// wherever the link points.
+// A cache directory of the container opened from its root, entering its
+// volumes but following no link at all: a cache directory reached through a
+// link is refused rather than read wherever the link points. (Its path is
+// clean, CheckRootfsRequest's: no `..` to climb.)
 Result<UniqueFd> OpenContainerDir(int root_fd, const std::string& path) {
-  open_how how{};
-  how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  std::string rel = path.substr(1);
-  int fd = static_cast<int>(::syscall(SYS_openat2, root_fd, rel.empty() ? "." : rel.c_str(), &how, sizeof how));
+  int fd = rootfs::OpenBeneathAcrossMounts(root_fd, path.substr(1), O_RDONLY | O_DIRECTORY);
   if (fd < 0) {
     if (errno == ELOOP) return Status::Error(Code::kFailedPrecondition, "cache directory `{}` lies through a symbolic "
                                              "link in the container: name the directory itself", path);
@@ -70,7 +61,7 @@ Status CheckRootfsRequest(const std::vector<std::string>& caches, const std::vec
   }
   for (const auto& a : caches)
     for (const auto& b : caches)
-      if (a != b && Under(b, a))
+      if (a != b && rootfs::IsAtOrUnder(b, a))
         return Status::Error(Code::kInvalidArgument, "cache directory `{}` lies inside cache directory `{}`", b, a);
   return rootfs::PathMatcher::Make(exclude).status();
 }

@@ -23,9 +23,7 @@
 #include "snapshot/rootfs_restore.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -34,6 +32,8 @@
 #include "ns/enter.h"
 #include "proc/proc.h"
 #include "rootfs/applier.h"
+#include "rootfs/beneath.h"
+#include "rootfs/exclusions.h"
 #include "rootfs/overlay_mount.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
@@ -46,11 +46,6 @@
 namespace gpusnap {
 
 namespace {
-
-bool Under(std::string_view path, std::string_view dir) {
-  return dir == "/" || path == dir ||
-         (path.size() > dir.size() && path.substr(0, dir.size()) == dir && path[dir.size()] == '/');
-}
 
 // A cache directory in the new container, made where it is missing: every
 // component opened beneath the root with no link followed, crossing into the
@@ -65,10 +60,7 @@ Result<UniqueFd> OpenOrMakeContainerDir(int root_fd, const std::string& path) {
     std::string name = path.substr(start, end - start);
     if (::mkdirat(dir.get(), name.c_str(), 0755) != 0 && errno != EEXIST)
       return Status::Errno(errno, "making cache directory `{}` in the container", path.substr(0, end));
-    open_how how{};
-    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    int fd = static_cast<int>(::syscall(SYS_openat2, dir.get(), name.c_str(), &how, sizeof how));
+    int fd = rootfs::OpenBeneathAcrossMounts(dir.get(), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
     if (fd < 0)
       return Status::Error(errno == ELOOP ? Code::kFailedPrecondition : Code::kIoError,
                            "cache directory `{}` of the container: `{}` {}", path, path.substr(0, end),
@@ -137,8 +129,9 @@ Result<RestoreResult> TakeRootfsRestore(const RestoreOptions& options, const std
   for (size_t i : diff_plan.order) {
     std::string path = "/" + diff_plan.normalized[i];
     bool directory = diff_plan.entries[i].kind == rootfs::FileKind::kDirectory && !diff_plan.entries[i].hardlink;
+    // A directory at a mount point is the volume's: left alone.
     for (const auto& m : mount_points)
-      if (Under(path, m) && !(directory && path == m))  // a directory at a mount point is the volume's: left alone
+      if (rootfs::IsAtOrUnder(path, m) && !(directory && path == m))
         return Status::Error(Code::kFailedPrecondition,
                              "refusing to restore: `{}` of `{}` lies in `{}`, a mount point of container {}: a diff "
                              "never writes into a volume (nothing was applied)",
