@@ -170,6 +170,19 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phas
   GPUSNAP_RETURN_IF_ERROR(WriteFileSynced(dir + "/" + SnapshotFiles::kSpecDump, SpecDumpJson(meta)));
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("begin"));
 
+  // Digests, fsync, rename: at CRIU's post-dump notification (step 6), after
+  // the source runs again (--leave-running, step 7), or here for a rootfs
+  // capture.
+  auto publish = [&]() -> Status {
+    phases.Start("publish");
+    meta.timings_s = phases.timings();
+    GPUSNAP_RETURN_IF_ERROR(run.pending->Publish(meta).Wrap("publishing the snapshot"));
+    run.published = true;
+    phases.Done(meta.total_bytes);
+    PauseIfRequested("published");
+    return Status::Ok();
+  };
+
   // 3. The container's filesystem (rootfs, both); a rootfs capture ends here.
   if (path.path != "process") {
     GPUSNAP_ASSIGN_OR_RETURN(meta.rootfs, CaptureRootfs(*container, options.caches, options.exclude, dir,
@@ -177,11 +190,8 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phas
     GPUSNAP_RETURN_IF_ERROR(InjectedFailure("rootfs"));
   }
   if (!process_path) {
-    phases.Start("publish");
-    phases.Total();
-    meta.timings_s = phases.timings();
-    GPUSNAP_RETURN_IF_ERROR(run.pending->Publish(meta).Wrap("publishing the snapshot"));
-    phases.Done(meta.total_bytes);
+    phases.Total();  // recorded in the snapshot: nothing follows its publish
+    GPUSNAP_RETURN_IF_ERROR(publish());
     meta.timings_s = phases.timings();
     return meta;
   }
@@ -241,15 +251,6 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phas
   plan.verbose = options.verbose;
   plan.config_file = options.criu_config;
   bool dumped = false;
-  auto publish = [&]() -> Status {
-    phases.Start("publish");
-    meta.timings_s = phases.timings();
-    GPUSNAP_RETURN_IF_ERROR(run.pending->Publish(meta).Wrap("publishing the snapshot"));
-    run.published = true;
-    phases.Done(meta.total_bytes);
-    PauseIfRequested("published");
-    return Status::Ok();
-  };
   criu::Operation dump = criu::MakeOperation(*bundle, DUMP, criu::DumpOptions(plan, features), target.ns_holder,
                                              std::chrono::seconds(options.timeout_s),
                                              dir + "/" + SnapshotFiles::kDumpLog);
