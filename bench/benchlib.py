@@ -21,7 +21,9 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 # The targets of docs/BENCHMARK.md: an 8B-class server back to its first
@@ -30,6 +32,22 @@ TARGET_RESTORE_S = 8.0
 TARGET_SPEEDUP = 5.0
 
 # The server's start phases, in order, and what each interval means.
+def run_gpusnap(gpusnap, args, env, check=True, timeout=None):
+    """`gpusnap --json -q ARGS`: the finished process, its stdout and stderr
+    as text. Files, not pipes: a workload that `run` or `restore` starts
+    would hold a pipe open. SystemExit with gpusnap's error when it fails and
+    `check`."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.run([gpusnap, "--json", "-q", *args], env=env, stdout=out, stderr=err, text=True,
+                           timeout=timeout)
+        out.seek(0)
+        err.seek(0)
+        p.stdout, p.stderr = out.read(), err.read()
+    if check and p.returncode != 0:
+        raise SystemExit(f"gpusnap {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
+    return p
+
+
 COLD_PHASES = [
     ("start", "launch → Python running (gpusnap run, interpreter)"),
     ("imports", "imports (torch, transformers, safetensors)"),

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 
+import benchlib
 from client import alive  # bench/client.py: the script's own folder is on the path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -125,15 +126,7 @@ class Bench:
         self.to_end = []   # pids to end on the way out
 
     def gs(self, *args, check=True):
-        # Files, not pipes: a workload `run` starts would hold a pipe open.
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            p = subprocess.run([self.a.gpusnap, "--json", "-q", *args], env=self.env, stdout=out, stderr=err, text=True)
-            out.seek(0)
-            err.seek(0)
-            p.stdout, p.stderr = out.read(), err.read()
-        if check and p.returncode != 0:
-            raise SystemExit(f"gpusnap {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
-        return p
+        return benchlib.run_gpusnap(self.a.gpusnap, args, self.env, check=check)
 
     def holder_argv(self, port):
         return [sys.executable, os.path.join(HERE, "memory_holder.py"), "--mib", str(self.a.mib), "--port", str(port),

@@ -182,10 +182,7 @@ class Bench:
         self.results = []
 
     def gs(self, *args, check=True):
-        p = subprocess.run([self.a.gpusnap, "--json", "-q", *args], env=self.env, capture_output=True, text=True,
-                           timeout=900)
-        if check and p.returncode != 0:
-            raise SystemExit(f"gpusnap {' '.join(args)} failed ({p.returncode}): {p.stderr.strip()}")
+        p = benchlib.run_gpusnap(self.a.gpusnap, args, self.env, check=check, timeout=900)
         return json.loads(p.stdout) if p.stdout.strip() else {}
 
     def server_args(self):

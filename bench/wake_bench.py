@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 
+import benchlib
 from client import alive  # bench/client.py: the script's own folder is on the path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,14 +42,7 @@ class Bench:
             self.env["GPUSNAP_STORE"] = a.store
 
     def gs(self, *args):
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            p = subprocess.run([self.a.gpusnap, "--json", "-q", *args], env=self.env, stdout=out, stderr=err)
-            out.seek(0)
-            err.seek(0)
-            o, e = out.read(), err.read()
-        if p.returncode != 0:
-            raise SystemExit(f"gpusnap {' '.join(args)} failed ({p.returncode}): {e.strip()}")
-        return o
+        return benchlib.run_gpusnap(self.a.gpusnap, args, self.env).stdout
 
     def timed_answer(self, *gs_args):
         """client.py --stream --exec -- gpusnap ARGS: its record."""
