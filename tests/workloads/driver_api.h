@@ -6,9 +6,15 @@
 #define GPUSNAP_TESTS_WORKLOADS_DRIVER_API_H
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -80,6 +86,30 @@ static void fetch_entry(GetProcAddressFn get, const char *name, void **slot) {
     fflush(stdout);
     exit(1);
   }
+}
+
+/* A CUDA process always has the driver's own threads, and gpusnap picks the
+ * driver's restore thread among them; the fake driver starts none, so this
+ * one stands in. It blocks every signal: SIGTERM goes to the main thread, to
+ * end its sleep. */
+static inline void *driver_thread_stand_in(void *arg) {
+  (void)arg;
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, NULL);
+  for (;;) pause();
+  return NULL;
+}
+
+/* --device-file: a shared mapping of `path`, as a CUDA process maps the
+ * driver's device files. 0, or 1 after saying why on stdout. */
+static inline int map_device_file(const char *path) {
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0 || mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED) {
+    printf("cannot map %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  return 0;
 }
 
 #endif

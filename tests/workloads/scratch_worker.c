@@ -104,17 +104,6 @@ static void sleep_ms(long ms) {
   }
 }
 
-/* The driver's threads stand-in, as in vmm_worker: gpusnap picks the
- * driver's restore thread among a CUDA process's threads. */
-static void *driver_thread_stand_in(void *arg) {
-  (void)arg;
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL);
-  for (;;) pause();
-  return NULL;
-}
-
 static void usage(void) {
   fprintf(stderr, "usage: scratch_worker [--keep-mib K] [--scratch-mib S] [--interval-ms I] [--device-file PATH]\n");
   exit(2);
@@ -138,13 +127,7 @@ int main(int argc, char **argv) {
   sa.sa_handler = on_sigterm;
   sigaction(SIGTERM, &sa, NULL);
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (device_file != NULL) {
-    int fd = open(device_file, O_RDWR | O_CLOEXEC);
-    if (fd < 0 || mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED) {
-      printf("cannot map %s: %s\n", device_file, strerror(errno));
-      return 1;
-    }
-  }
+  if (device_file != NULL && map_device_file(device_file) != 0) return 1;
   pthread_t helper;
   if (pthread_create(&helper, NULL, driver_thread_stand_in, NULL) != 0) return 1;
   host = malloc(PIECE);

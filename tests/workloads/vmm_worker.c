@@ -244,18 +244,6 @@ static void release(struct buffer *b) {
   CU(cu.MemAddressFree(b->ptr, b->mapped), "cuMemAddressFree");
 }
 
-/* A CUDA process always has the driver's own threads, and gpusnap picks the
- * driver's restore thread among them; the fake driver starts none, so this
- * one stands in. */
-static void *driver_thread_stand_in(void *arg) {
-  (void)arg;
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, NULL); /* SIGTERM goes to the main thread, to end its sleep */
-  for (;;) pause();
-  return NULL;
-}
-
 static void usage(void) {
   fprintf(stderr,
           "usage: vmm_worker [--device N] [--mib A,B,...] [--zero-mib Z] [--alloc plain|vmm] [--interval-ms I]\n"
@@ -370,13 +358,7 @@ int main(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   setvbuf(stdout, NULL, _IOLBF, 0);
 
-  if (device_file != NULL) {
-    int fd = open(device_file, O_RDWR | O_CLOEXEC);
-    if (fd < 0 || mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) == MAP_FAILED) {
-      printf("cannot map %s: %s\n", device_file, strerror(errno));
-      return 1;
-    }
-  }
+  if (device_file != NULL && map_device_file(device_file) != 0) return 1;
   pthread_t helper;
   if (pthread_create(&helper, NULL, driver_thread_stand_in, NULL) != 0) {
     printf("cannot start a thread\n");
