@@ -4,7 +4,8 @@
 //    fetched again) into a staging directory the restore reads from, its
 //    gpushare chunks arrive beside the steps that follow, in the order the
 //    preload copies them; the snapshot joins the store at step 5.
-// 1. Verify the snapshot (schema, every file's digest) and, for a GPU
+// 1. A rootfs capture goes to its own story here (rootfs_restore.cc).
+//    Verify the snapshot (schema, every file's digest) and, for a GPU
 //    snapshot, that this machine's driver and GPUs fit, before anything
 //    starts; a GPU snapshot's digests are checked beside CRIU instead, its
 //    tasks left stopped until they match. gpushare: preload device memory
@@ -153,10 +154,10 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   }
   const SnapshotMeta& meta = run.meta;
   if (!meta.capture_path.has_process()) {
-    // A rootfs capture from a registry: into the store whole (it has no
-    // chunks to stream beside CRIU), then restored by its own story.
-    if (!run.pull)
-      return Status::Error(Code::kInternal, "snapshot `{}` is a rootfs capture, restored by its own story", meta.id);
+    // A rootfs capture restores by its own story (rootfs_restore.cc); one from
+    // a registry joins the store whole first (it has no chunks to stream
+    // beside CRIU).
+    if (!run.pull) return RestoreRootfs(options, "");
     GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, run.pull->Publish());
     RestoreOptions by_id = options;
     by_id.id = meta.id;
@@ -401,19 +402,14 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
 }  // namespace
 
 Result<RestoreResult> Restore(const RestoreOptions& options) {
-  // A rootfs capture restores by its own story (rootfs_restore.cc); so does a
-  // `both` one whose process part cannot run on this node, once that
-  // attempt's undo has left the placeholder idle again.
-  std::optional<CapturePathRecord> captured;
-  if (!registry::LooksLikeReference(options.id))
-    if (auto store = Store::Open(options.store.empty() ? DefaultStore() : options.store, false); store.ok())
-      if (auto meta = store->Load(options.id); meta.ok()) captured = meta->capture_path;
-  if (captured && !captured->has_process()) return RestoreRootfs(options, "");
   Phases phases(options.progress);
   RestoreRun run;  // before the undo, whose steps refer to it
   auto restored = WithUndo([&](UndoStack& undo) { return TakeRestore(options, phases, run, undo); });
-  if (restored.ok() || !captured || !captured->has_rootfs() || options.into_container.empty() ||
-      restored.status().code() == Code::kCorruption)
+  // A `both` snapshot of the store whose process part cannot run on this
+  // node: its rootfs part, into the placeholder the undo left idle.
+  const CapturePathRecord& captured = run.meta.capture_path;
+  if (restored.ok() || !captured.has_rootfs() || !captured.has_process() || options.into_container.empty() ||
+      registry::LooksLikeReference(options.id) || restored.status().code() == Code::kCorruption)
     return restored;
   std::string why = fmt::format("the process restore cannot run here: {}", restored.status().message());
   auto rootfs = RestoreRootfs(options, why);
