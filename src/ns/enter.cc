@@ -35,19 +35,20 @@ struct NsFile {
 constexpr NsFile kNamespaces[] = {{"ipc", CLONE_NEWIPC}, {"uts", CLONE_NEWUTS},       {"net", CLONE_NEWNET},
                                   {"cgroup", CLONE_NEWCGROUP}, {"pid", CLONE_NEWPID}, {"mnt", CLONE_NEWNS}};
 
-ino_t NsInode(const std::string& path) {
-  struct stat st{};
-  return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
-}
-
 // What the children report, in order: the command's pid (step 0), then only
 // on failure a step and its errno; the pipe closing at exec says it ran.
 struct Report {
   int step = 0;
-  int value = 0;  // step 0: the command's host pid; else an errno
+  int value = 0;  // step 0: the command's pid in the container's namespace; else an errno
 };
-const char* const kSteps[] = {"", "joining its cgroups", "entering its namespaces", "entering its root",
-                              "entering its working directory", "forking", "taking the init's uid, gid and capabilities", "exec"};
+const char* const kSteps[] = {"",
+                              "joining its cgroups",
+                              "entering its namespaces",
+                              "entering its root",
+                              "entering its working directory",
+                              "forking",
+                              "taking the init's uid, gid and capabilities",
+                              "exec"};
 
 void ReportAndExit(int fd, int step) {
   Report r{step, errno == 0 ? EIO : errno};
@@ -135,7 +136,7 @@ Result<Credentials> ParseCredentials(std::string_view status, std::string_view w
 Result<pid_t> SpawnInContainer(const ContainerCommand& c) {
   if (c.argv.empty()) return Status::Error(Code::kInvalidArgument, "no command to start in the container");
   std::string proc = fmt::format("/proc/{}", c.init);
-  if (NsInode(proc + "/ns/user") != NsInode("/proc/self/ns/user"))
+  if (proc::NamespaceId(c.init, "user") != proc::NamespaceId(::getpid(), "user"))
     return Status::Error(Code::kNotSupported,
                          "the container of pid {} runs in a user namespace of its own: a rootfs restore does not "
                          "start commands in one",
@@ -144,7 +145,7 @@ Result<pid_t> SpawnInContainer(const ContainerCommand& c) {
   std::vector<std::pair<UniqueFd, int>> namespaces;
   for (const auto& n : kNamespaces) {
     std::string path = fmt::format("{}/ns/{}", proc, n.name);
-    if (NsInode(path) == NsInode(fmt::format("/proc/self/ns/{}", n.name))) continue;
+    if (proc::NamespaceId(c.init, n.name) == proc::NamespaceId(::getpid(), n.name)) continue;
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) return Status::Errno(errno, "opening `{}`", path);
     namespaces.emplace_back(std::move(fd), n.type);
