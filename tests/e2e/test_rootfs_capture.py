@@ -369,6 +369,35 @@ class RootfsCapture(unittest.TestCase):
         other = self.run_container(["/bin/sleep", "1000"])
         self.assertTrue(os.path.exists(f"/proc/{other['init']}/root/etc/app-stale.conf"))
 
+    def test_a_capture_that_does_not_fit_the_store_fails_cleanly(self):
+        small = os.path.join(self.tmp, "small-" + uuid.uuid4().hex[:8])
+        os.makedirs(small)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", small], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", small])
+        env = dict(self.env, GPUSNAP_STORE=os.path.join(small, "store"))
+        root = self.tree_root(self.source)
+        p = self.gs("checkpoint", "--capture-path", "rootfs", "--cache", "/cache", "--id", "too-big", str(root),
+                    check=False, env=env)
+        self.assertNotEqual(p.returncode, 0, p.stdout)
+        self.assertRegex(p.stderr, r"the rootfs capture needs \d+ bytes in `[^`]*`, which has \d+ free")
+        # No snapshot, no temporary directory left; the workload runs on, its cgroup thawed.
+        self.assertEqual(json.loads(self.gs("--json", "ls", env=env).stdout), [])
+        self.assertEqual(os.listdir(os.path.join(small, "store", "snapshots")), [])
+        self.assertTrue(alive(root))
+        with open(f"/proc/{root}/cgroup") as f:
+            lines = f.read().splitlines()
+        checked = []
+        for line in lines:
+            _, controllers, path = line.split(":", 2)
+            for state, frozen in ((f"/sys/fs/cgroup/freezer{path}/freezer.state", "FROZEN"),
+                                  (f"/sys/fs/cgroup/unified{path}/cgroup.events", "frozen 1"),
+                                  (f"/sys/fs/cgroup{path}/cgroup.events", "frozen 1")):
+                if controllers in ("freezer", "") and os.path.exists(state):
+                    with open(state) as f:
+                        self.assertNotIn(frozen, f.read(), state)
+                    checked.append(state)
+        self.assertTrue(checked, f"found no freezer state of the container's cgroup in {lines}")
+
     def test_rootfs_capture_restored_into_a_new_container_skips_both_steps(self):
         fetches = self.server.count()
         sid = self.capture("rootfs")
