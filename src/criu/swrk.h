@@ -3,9 +3,10 @@
 //
 // CRIU runs inside the pid and mount namespace of a given holder process (the
 // workload's reaper), because a tree is dumped from inside its own namespace
-// and restored into a fresh one (FACTS.md). The RPC socket is created by the
-// process that becomes CRIU, so CRIU's SO_PEERCRED lookup of the images
-// directory fd (/proc/<peer>/fd/<n>) resolves to its own descriptor.
+// and restored into a fresh one (docs/ARCHITECTURE.md, "Why CRIU runs inside
+// the workload's namespace"). The RPC socket is created by the process that
+// becomes CRIU, so CRIU's SO_PEERCRED lookup of the images directory fd
+// (/proc/<peer>/fd/<n>) resolves to its own descriptor.
 //
 // Lifetime: the destructor kills a CRIU still running and reaps it.
 // Thread-safety: one thread at a time.

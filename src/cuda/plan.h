@@ -1,5 +1,5 @@
 // The actions of `gpusnap cuda` and the order in which they drive the driver.
-// Pure: the ordering rules (DESIGN.md §2 step 3, §3 step 4; docs/CUDA.md) are
+// Pure: the ordering rules (docs/CUDA.md, "The ordering rules, and why") are
 // decided and tested here, and src/cuda/checkpoint_api.cc only executes them.
 //
 // An action is a list of phases. A phase is one driver call (an Op) for every

@@ -1,4 +1,4 @@
-// The GPU steps of checkpoint and restore (DESIGN.md §2.3-4, §3.4), over the
+// The GPU steps of checkpoint and restore (docs/GPU-CHECKPOINT.md), over the
 // CUDA driver's checkpoint API (src/cuda) and per-thread freezing (src/ns).
 //
 // Suspend: lock every GPU process (all before any checkpoint: a rank blocked

@@ -2,7 +2,8 @@
 // gpusnap binary run as `gpusnap __reaper`).
 //
 // Why: CRIU dumps a tree cleanly from inside its own namespace and restores it
-// into a fresh one without pid collisions (FACTS.md, the verified recipe).
+// into a fresh one without pid collisions (docs/ARCHITECTURE.md, "Why CRIU
+// runs inside the workload's namespace").
 // The namespace has a private /proc (CUDA needs it), and no descriptor from
 // outside is left open inside it.
 //

@@ -1,5 +1,5 @@
 // The one place that names the files inside a snapshot directory
-// (<store>/snapshots/<id>/). Layout, DESIGN.md §4:
+// (<store>/snapshots/<id>/). Layout, docs/snapshot-format.md:
 //
 //   gpusnap.json     metadata and the SHA-256 of every other file
 //   checkpoint/      CRIU images      ┐ the Kubernetes/CRI-O/Podman

@@ -162,7 +162,8 @@ test_pinned_reader_paused() {
 }
 
 # Informational: what a CPU thread that keeps reading pinned memory meets while
-# the GPU is checkpointed (DESIGN.md §2 step 4). Never counted as a failure.
+# the GPU is checkpointed (docs/GPU-CHECKPOINT.md, "Checkpoint", step 3).
+# Never counted as a failure.
 # probe_pinned_reader_running 0|1 (0: the reader only reads; 1: it also writes)
 probe_pinned_reader_running() {
   current="pinned_reader, reader running across suspend/resume, --write $1"

@@ -1,8 +1,8 @@
 // pinned_reader: a CPU thread reads a pinned host buffer (cudaMallocHost) in a
 // loop and checks every word, while the main thread round-trips the buffer
 // through the GPU and checks the copy. It shows what a GPU checkpoint does to
-// pinned host memory that a CPU thread keeps touching (DESIGN.md §2 step 4:
-// the driver unmaps it; CPU threads must be frozen first).
+// pinned host memory that a CPU thread keeps touching (docs/GPU-CHECKPOINT.md,
+// "Checkpoint", step 3: the driver may unmap it; CPU threads are frozen first).
 //
 // SIGUSR1 asks the reader to pause (it prints "reader paused" once it is out
 // of the buffer); SIGUSR2 lets it go on ("reader resumed"). A fault in the
