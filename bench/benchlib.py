@@ -14,7 +14,7 @@
     benchlib.py combine --out F ENGINE=FILE...  the results of one run per engine, side by side
 
 Only the standard library; every function below the commands is pure and
-unit-tested (bench/test_benchlib.py).
+unit-tested (bench/test_bench.py).
 """
 import argparse
 import json

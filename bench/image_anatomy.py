@@ -11,7 +11,9 @@ mappings, so that a large image can be explained before it is cut.
     sudo python3 bench/image_anatomy.py PID [--top 15] [--json]
 
 Run it on a GPU process in the state CRIU sees it (after the driver's
-checkpoint and, under gpushare, the shim's release): bench/run_anatomy.sh.
+checkpoint and, under gpushare, the shim's release): for example after
+`gpusnap gpushare suspend PID` (with the shim) and `gpusnap cuda suspend PID`,
+resuming them after in the other order (docs/CUDA.md, docs/GPUSHARE.md).
 """
 import argparse
 import json
