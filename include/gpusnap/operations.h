@@ -1,20 +1,24 @@
-// The two operations gpusnap exists for. The CLI, the agent and the tests all
-// call these; each reads as the numbered steps of DESIGN.md §2 and §3 in
-// src/snapshot/checkpoint.cc and restore.cc.
+// The operations gpusnap exists for, each the one front door of its story:
+// the CLI, the agent, its Kubernetes watcher and the tests all call these.
+// Each reads as the numbered steps of docs/ARCHITECTURE.md ("A checkpoint",
+// "A restore", "A wake") in src/snapshot/checkpoint.cc, restore.cc, wake.cc.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "cuda/gpu_map.h"
 #include "gpusnap/distribution.h"
 #include "gpusnap/gc.h"
 #include "gpusnap/progress.h"
 #include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
 #include "gpusnap/workload.h"
+#include "store/snapshot_ref.h"
 
 namespace gpusnap {
 
@@ -49,16 +53,18 @@ struct CheckpointOptions {
 Result<SnapshotMeta> Checkpoint(const CheckpointOptions& options);
 
 struct RestoreOptions {
-  std::string id;               // REQUIRES: a snapshot in the store, or a registry reference (pulled first)
+  // REQUIRES: set (ParseSnapshotRef, where the request entered): a
+  // snapshot in the store, or a registry reference, whose files are pulled
+  // first and whose gpushare chunks arrive while the restore goes on.
+  SnapshotRef source;
   RegistryAccess registry;      // for a reference
-  std::string store;
+  std::string store;            // default DefaultStore()
   std::string name;             // the restored workload's name; default: the source's name
   std::string criu_bundle;
   int timeout_s = 600;
   bool verbose = false;
   std::string criu_config;
-  std::string gpu_map;          // "old=new,..." (snapshot's GPU index or UUID = this machine's)
-  std::vector<int> gpus;        // or: the snapshot's GPUs in order onto these indices
+  cuda::GpuMapSpec gpus;        // onto which GPUs of this machine; empty: each onto its own index
   // A container id (or unique prefix) whose init is an idle `gpusnap
   // __placeholder`: restore into its pid + mount namespaces and its cgroups
   // instead of a fresh namespace. Empty: a fresh namespace.
@@ -77,7 +83,17 @@ struct RestoreOptions {
   // every page is in (snapshot/lazy_pages.h). Needs userfaultfd.
   bool lazy_pages = false;
   ProgressFn progress;
+  // Called once the snapshot's metadata is read (from the store, or the
+  // registry), before anything of the restore starts: an error refuses the
+  // restore. The agent marks the snapshot in use there. Empty: nothing.
+  std::function<Status(const SnapshotMeta&)> on_source_opened;
 };
+
+// Pure: what a restore refuses whatever the snapshot (kInvalidArgument or
+// kNotSupported, naming the options): no source, a standby into a
+// container, a standby with GPUs chosen now. Restore calls it before any disk
+// or network work.
+Status CheckRestoreOptions(const RestoreOptions& options);
 
 struct RestoreResult {
   Workload workload;
@@ -85,7 +101,12 @@ struct RestoreResult {
   std::string fallback_reason;           // a `both` snapshot restored by rootfs: why not as a process
   std::map<std::string, double> timings_s;
   std::string log;              // CRIU's restore log
+  std::optional<TransferResult> pulled;  // a registry reference's pull, once the snapshot joined the store
 };
+
+// The name a restore of `meta` gives its workload: `asked` if any, else the
+// source's, else "restored-<source pid>". Pure.
+std::string RestoredWorkloadName(const SnapshotMeta& meta, const std::string& asked);
 
 // Verifies the snapshot, then restores it into a fresh pid + mount namespace,
 // or into a placeholder container's (options.into_container).
@@ -94,8 +115,7 @@ Result<RestoreResult> Restore(const RestoreOptions& options);
 
 struct WakeOptions {
   std::string name;             // REQUIRES: a standby workload (RestoreOptions::standby)
-  std::string gpu_map;          // as RestoreOptions::gpu_map, chosen now
-  std::vector<int> gpus;        // or as RestoreOptions::gpus
+  cuda::GpuMapSpec gpus;        // as RestoreOptions::gpus, chosen now
   int timeout_s = 600;          // how long the driver's restore may take
   ProgressFn progress;
 };

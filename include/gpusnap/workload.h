@@ -119,6 +119,9 @@ Result<LockFile> ClaimWake(const std::string& name);
 Status EndWorkload(const std::string& name, std::chrono::milliseconds wait);
 
 bool IsValidWorkloadName(std::string_view name);
+// The rule's one message: kInvalidArgument "invalid workload name `NAME`:
+// use 1-40 ..." (the whole rule, first character included), or Ok.
+Status CheckWorkloadName(std::string_view name);
 
 // Now, as RFC 3339 UTC.
 std::string NowRfc3339();

@@ -246,7 +246,13 @@ std::vector<ProgressEvent> JobProgress::Update(const Json& job) {
 Result<Json> FollowJob(const std::string& socket, const std::string& id,
                        const std::function<void(const Json& job)>& on_poll) {
   for (;;) {
-    GPUSNAP_ASSIGN_OR_RETURN(Json job, CallAgent(socket, "GET", "/v1/jobs/" + id));
+    auto polled = CallAgent(socket, "GET", "/v1/jobs/" + id);
+    // The job may go on, or be recovered, in an agent that answers again.
+    if (!polled.ok())
+      return polled.status().Wrap(fmt::format("following job {} (the agent's `GET /v1/jobs/{}`, or its journal "
+                                              "<state dir>/jobs/{}.json, tells what became of it)",
+                                              id, id, id));
+    Json job = std::move(polled).value();
     if (on_poll) on_poll(job);
     std::string state = job.value("state", "");
     if (state == "succeeded") return job;

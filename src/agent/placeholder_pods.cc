@@ -77,6 +77,7 @@ PodDecision DecidePod(const json& pod, std::string_view node, Memory memory) {
   p.resource_version = Str(meta, "resourceVersion");
   p.node = Str(Field(pod, "spec"), "nodeName");
   p.snapshot = Str(annotations, k8s::kAnnotationRestoreFrom);
+  p.source = ParseSnapshotRef(p.snapshot);
   p.restore_status = Str(annotations, kAnnotationRestoreStatus);
   p.restore_job = Str(annotations, kAnnotationRestoreJob);
   auto decide = [&d](PodStep step, std::string reason) {
@@ -111,14 +112,9 @@ PodDecision DecidePod(const json& pod, std::string_view node, Memory memory) {
   if (p.container.empty()) return decide(PodStep::kFail, "the pod has no container to restore into");
   if (!HasContainer(pod, p.container))
     return decide(PodStep::kFail, fmt::format("the pod has no container `{}` to restore into", p.container));
-  bool reference = LooksLikeRegistryReference(p.snapshot);
-  if (reference) {
-    if (auto ref = ParseRegistryReference(p.snapshot); !ref.ok())
-      return decide(PodStep::kFail, fmt::format("{}: {}", k8s::kAnnotationRestoreFrom, ref.status().message()));
-  } else if (!IsValidSnapshotId(p.snapshot)) {
-    return decide(PodStep::kFail, fmt::format("{} `{}` is not a snapshot id", k8s::kAnnotationRestoreFrom,
-                                              p.snapshot));
-  }
+  if (!p.source.ok())
+    return decide(PodStep::kFail, fmt::format("{}: {}", k8s::kAnnotationRestoreFrom, p.source.status().message()));
+  bool reference = p.source->from_registry();
   if (runtime_id.empty()) return decide(PodStep::kWait, fmt::format("container `{}` is not running yet", p.container));
   if (!IsValidContainerId(p.container_id))
     return decide(PodStep::kFail, fmt::format("container `{}` has the id `{}`, which the agent cannot find through "

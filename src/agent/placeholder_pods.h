@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/job.h"
+#include "store/snapshot_ref.h"
 
 namespace gpusnap::agent {
 
@@ -50,7 +51,8 @@ inline constexpr std::string_view kReasonRestoreFailed = "GpusnapRestoreFailed";
 // What the agent reads of a pod. Empty strings for what the pod lacks.
 struct PlaceholderPod {
   std::string namespace_name, name, uid, resource_version, node;
-  std::string snapshot;        // gpusnap.io/restore-from: a snapshot id, or a registry reference
+  std::string snapshot;        // gpusnap.io/restore-from, as written: a snapshot id, or a registry reference
+  Result<SnapshotRef> source = SnapshotRef{};  // it, parsed (ParseSnapshotRef) where it is read
   std::string container;       // the placeholder container's name
   std::string container_id;    // its runtime id once it runs ("containerd://<id>" without the scheme)
   std::string restore_status;  // gpusnap.io/restore-status

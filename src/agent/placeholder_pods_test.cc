@@ -163,7 +163,7 @@ TEST(DecidePod, StatusRemovedAfterARecordIsANewAttempt) {
 TEST(DecidePod, InvalidSnapshotIdFails) {
   PodDecision d = Decide(WithAnnotation(Placeholder(), "gpusnap.io/restore-from", ".etc"));
   EXPECT_EQ(d.step, PodStep::kFail);
-  EXPECT_NE(d.reason.find("`.etc` is not a snapshot id"), std::string::npos);
+  EXPECT_NE(d.reason.find("invalid snapshot id `.etc`"), std::string::npos);
 }
 
 TEST(DecidePod, ARegistryReferenceIsRestoredAndAMalformedOneFails) {
@@ -174,7 +174,9 @@ TEST(DecidePod, ARegistryReferenceIsRestoredAndAMalformedOneFails) {
   // With a `/`, a reference, and refused as one.
   PodDecision bad = Decide(WithAnnotation(Placeholder(), "gpusnap.io/restore-from", "../etc"));
   EXPECT_EQ(bad.step, PodStep::kFail);
-  EXPECT_NE(bad.reason.find("gpusnap.io/restore-from: invalid registry reference `../etc`"), std::string::npos)
+  EXPECT_NE(bad.reason.find("gpusnap.io/restore-from: invalid snapshot id `../etc` (an id holds no `/`), nor a "
+                            "registry reference: invalid registry reference `../etc`"),
+            std::string::npos)
       << bad.reason;
 }
 

@@ -242,7 +242,7 @@ struct PlaceholderWatcher::Impl {
 
   void StartRestore(const PlaceholderPod& p, int attempt = 0) {
     RestoreRequest request;
-    (LooksLikeRegistryReference(p.snapshot) ? request.reference : request.snapshot) = p.snapshot;
+    request.source = *p.source;  // Decide sends only pods whose annotation parsed
     request.target_container = p.container_id;
     request.name = WorkloadNameForPod(p.name, p.uid);
     auto started = service.StartRestore(request);

@@ -123,23 +123,56 @@ std::variant<PodRef, ApiError> ParsePod(const Json& pod) {
 }
 
 // The GPU map as an object {"<snapshot GPU index or UUID>": "<this node's>"}.
-std::variant<std::string, ApiError> ParseGpuMap(const Json& map) {
+// Each side a token of its own (no `,` or `=` to make two entries of one),
+// then the map's one grammar (cuda/gpu_map.h).
+std::variant<cuda::GpuMapSpec, ApiError> ParseGpuMap(const Json& map) {
   if (!map.is_object()) return Bad(fmt::format("field `gpuMap` must be an object, got {}", map.type_name()));
   auto ok_token = [](const std::string& s) {
     auto allowed = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-'; };
     return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), allowed);
   };
-  std::string out;
+  std::string text;
   for (const auto& [from, to] : map.items()) {
     if (!to.is_string()) return Bad(fmt::format("`gpuMap.{}` must be a string, got {}", from, to.type_name()));
     std::string target = to.get<std::string>();
     if (!ok_token(from)) return Bad(fmt::format("`gpuMap` key `{}` is not a GPU index or UUID", from));
     if (!ok_token(target)) return Bad(fmt::format("`gpuMap.{}` value `{}` is not a GPU index or UUID", from, target));
-    if (!out.empty()) out += ',';
-    out += from + "=" + target;
+    text += (text.empty() ? "" : ",") + from + "=" + target;
   }
-  return out;
+  if (text.empty()) return cuda::GpuMapSpec{};
+  auto spec = cuda::MakeGpuMapSpec(text, {});
+  if (!spec.ok()) return Bad("`gpuMap`: " + spec.status().message());
+  return *spec;
 }
+
+// `gpuMap` or `gpus` (the snapshot's GPUs in order onto these indices), at most one.
+std::variant<cuda::GpuMapSpec, ApiError> ParseGpuChoice(const Json& doc) {
+  if (doc.contains("gpuMap") && doc.contains("gpus")) return Bad("give at most one of `gpuMap` and `gpus`");
+  if (auto it = doc.find("gpuMap"); it != doc.end()) return ParseGpuMap(*it);
+  auto it = doc.find("gpus");
+  if (it == doc.end()) return cuda::GpuMapSpec{};
+  if (!it->is_array()) return Bad(fmt::format("field `gpus` must be an array of GPU indices, got {}", it->type_name()));
+  std::vector<int> indices;
+  for (const auto& g : *it) {
+    if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 1023)
+      return Bad(fmt::format("`gpus` holds {}, not a GPU index", g.dump()));
+    indices.push_back(static_cast<int>(g.get<int64_t>()));
+  }
+  auto spec = cuda::MakeGpuMapSpec("", std::move(indices));
+  if (!spec.ok()) return Bad("`gpus`: " + spec.status().message());
+  return *spec;
+}
+
+// The body's form of a GpuMapSpec, as ParseGpuChoice reads it.
+void PutGpuChoice(const cuda::GpuMapSpec& spec, Json& body) {
+  if (!spec.entries.empty()) {
+    Json map = Json::object();
+    for (const auto& e : spec.entries) map[e.from.text] = e.to.text;
+    body["gpuMap"] = map;
+  }
+  if (!spec.gpus.empty()) body["gpus"] = spec.gpus;
+}
+
 
 // A registry reference in field `field`: 400 quoting the parser's reason.
 std::optional<ApiError> CheckReference(std::string_view field, const std::string& text) {
@@ -414,19 +447,15 @@ std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body
   auto parsed = ParseObject(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const Json& doc = std::get<Json>(parsed);
-  if (auto e = OnlyKnownFields(doc, {"snapshot", "target", "gpuMap", "name", "standby"}, "")) return *e;
+  if (auto e = OnlyKnownFields(doc, {"snapshot", "target", "gpuMap", "gpus", "name", "standby"}, "")) return *e;
 
   RestoreRequest req;
   if (!doc.contains("snapshot")) return Bad("missing field `snapshot`");
-  if (auto e = GetString(doc, "snapshot", "", req.snapshot)) return *e;
-  if (LooksLikeRegistryReference(req.snapshot)) {
-    if (auto e = CheckReference("snapshot", req.snapshot)) return *e;
-    req.reference = std::exchange(req.snapshot, "");
-  } else if (!IsValidSnapshotId(req.snapshot)) {
-    return Bad(fmt::format("`snapshot` `{}` is not a snapshot id (nor a registry reference "
-                           "host[:port]/repository[:tag|@digest])",
-                           req.snapshot));
-  }
+  std::string snapshot;
+  if (auto e = GetString(doc, "snapshot", "", snapshot)) return *e;
+  auto source = ParseSnapshotRef(snapshot);
+  if (!source.ok()) return Bad("`snapshot`: " + source.status().message());
+  req.source = std::move(source).value();
   if (auto it = doc.find("target"); it != doc.end()) {
     if (it->is_string()) {
       if (it->get<std::string>() != "new")
@@ -441,50 +470,51 @@ std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body
       return Bad(fmt::format("field `target` must be \"new\" or an object, got {}", it->type_name()));
     }
   }
-  if (auto it = doc.find("gpuMap"); it != doc.end()) {
-    auto map = ParseGpuMap(*it);
-    if (auto* e = std::get_if<ApiError>(&map)) return *e;
-    req.gpu_map = std::get<std::string>(map);
-  }
+  auto gpus = ParseGpuChoice(doc);
+  if (auto* e = std::get_if<ApiError>(&gpus)) return *e;
+  req.gpus = std::get<cuda::GpuMapSpec>(gpus);
   if (auto e = GetString(doc, "name", "", req.name)) return *e;
-  if (doc.contains("name") && !IsValidWorkloadName(req.name))
-    return Bad(fmt::format("`name` `{}` is not a workload name ([A-Za-z0-9._-], 1-40)", req.name));
+  if (doc.contains("name"))
+    if (Status st = CheckWorkloadName(req.name); !st.ok()) return Bad("`name`: " + st.message());
   if (auto it = doc.find("standby"); it != doc.end()) {
     if (!it->is_boolean()) return Bad(fmt::format("field `standby` must be a boolean, got {}", it->type_name()));
     req.standby = it->get<bool>();
   }
   if (req.standby && !req.target_container.empty())
     return Bad("`standby` restores into a fresh namespace only: give no `target.container` with it");
-  if (req.standby && !req.gpu_map.empty())
-    return Bad("a standby's GPUs are chosen when it is woken: give `gpuMap` to the wake, not with `standby`");
+  if (req.standby && !req.gpus.empty())
+    return Bad("a standby's GPUs are chosen when it is woken: give `gpuMap` or `gpus` to the wake, not with `standby`");
   return req;
 }
 
 std::variant<WakeRequest, ApiError> ParseWakeRequest(std::string_view name, std::string_view body) {
   WakeRequest req;
-  if (!IsValidWorkloadName(name))
-    return Bad(fmt::format("`{}` is not a workload name ([A-Za-z0-9._-], 1-40)", Printable(name)));
+  if (Status st = CheckWorkloadName(Printable(name)); !st.ok()) return Bad(st.message());
   req.name = std::string(name);
   if (body.empty()) return req;
   auto parsed = ParseObject(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   const Json& doc = std::get<Json>(parsed);
   if (auto e = OnlyKnownFields(doc, {"gpuMap", "gpus"}, "")) return *e;
-  if (doc.contains("gpuMap") && doc.contains("gpus")) return Bad("give at most one of `gpuMap` and `gpus`");
-  if (auto it = doc.find("gpuMap"); it != doc.end()) {
-    auto map = ParseGpuMap(*it);
-    if (auto* e = std::get_if<ApiError>(&map)) return *e;
-    req.gpu_map = std::get<std::string>(map);
-  }
-  if (auto it = doc.find("gpus"); it != doc.end()) {
-    if (!it->is_array()) return Bad(fmt::format("field `gpus` must be an array of GPU indices, got {}", it->type_name()));
-    for (const auto& g : *it) {
-      if (!g.is_number_integer() || g.get<int64_t>() < 0 || g.get<int64_t>() > 1023)
-        return Bad(fmt::format("`gpus` holds {}, not a GPU index", g.dump()));
-      req.gpus.push_back(static_cast<int>(g.get<int64_t>()));
-    }
-  }
+  auto gpus = ParseGpuChoice(doc);
+  if (auto* e = std::get_if<ApiError>(&gpus)) return *e;
+  req.gpus = std::get<cuda::GpuMapSpec>(gpus);
   return req;
+}
+
+std::string RestoreRequestBody(const RestoreRequest& request) {
+  Json body = {{"snapshot", request.source.ToString()}};
+  if (!request.name.empty()) body["name"] = request.name;
+  if (!request.target_container.empty()) body["target"] = {{"container", request.target_container}};
+  if (request.standby) body["standby"] = true;
+  PutGpuChoice(request.gpus, body);
+  return body.dump();
+}
+
+std::string WakeRequestBody(const WakeRequest& request) {
+  Json body = Json::object();
+  PutGpuChoice(request.gpus, body);
+  return body.dump();
 }
 
 bool IsValidJobId(std::string_view id) {

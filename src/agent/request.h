@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "container/containers.h"
+#include "cuda/gpu_map.h"
 #include "gpusnap/status.h"
+#include "store/snapshot_ref.h"
 
 namespace gpusnap::agent {
 
@@ -60,24 +62,27 @@ Status CheckCaches(std::string_view where, const std::vector<std::string>& cache
 Status CheckExclusions(std::string_view where, const std::vector<std::string>& patterns);
 
 // POST /v1/restores. An empty target_container means a fresh namespace.
-// The body's `snapshot` is a snapshot id or a registry reference (it holds a
-// `/`, store/registry_reference.h): exactly one of these two is set.
 struct RestoreRequest {
-  std::string snapshot;         // a valid snapshot id of the store
-  std::string reference;        // or a registry reference, pulled into the store first (what it lacks)
+  // `snapshot`: a snapshot id of the store, or a registry reference (it holds
+  // a `/`), whose files are pulled and whose chunks arrive as it restores.
+  SnapshotRef source;
   std::string target_container; // restore into this container's namespaces (placeholder case)
-  std::string gpu_map;          // "old=new,..." as RestoreOptions::gpu_map takes it
+  cuda::GpuMapSpec gpus;        // `gpuMap`: {"<snapshot GPU index or UUID>": "<this node's>"}
   std::string name;             // the restored workload's name; empty: the source's
   bool standby = false;         // all but the GPU, stopped, for a later wake (docs/STANDBY.md)
 };
 
 // POST /v1/workloads/{name}/wake: a standby onto the GPUs chosen now. At
-// most one of gpu_map and gpus is set; the body may be empty.
+// most one of `gpuMap` and `gpus` is set; the body may be empty.
 struct WakeRequest {
   std::string name;             // the standby's workload name (from the path)
-  std::string gpu_map;          // "old=new,..."
-  std::vector<int> gpus;        // or the snapshot's GPUs in order onto these indices
+  cuda::GpuMapSpec gpus;        // `gpuMap`, or `gpus`: the snapshot's GPUs in order onto these indices
 };
+
+// The bodies the CLI sends for these requests: what the Parse functions below
+// read back as the same request (one codec for the agent's client and server).
+std::string RestoreRequestBody(const RestoreRequest& request);
+std::string WakeRequestBody(const WakeRequest& request);
 
 // A request body as it arrives, kept up to `max_bytes` and no further: what
 // the HTTP layer feeds while it reads, so that a body past the limit (sized

@@ -108,13 +108,13 @@ TEST(AgentCheckpointRequest, ShortOrUppercaseContainerIdsAreRefused) {
 }
 
 TEST(AgentRestoreRequest, NewTargetAndGpuMap) {
-  auto r = ParseRestoreRequest(R"({"snapshot": "s1", "target": "new", "gpuMap": {"0": "1", "GPU-ab": "GPU-cd"},
+  auto r = ParseRestoreRequest(R"({"snapshot": "s1", "target": "new", "gpuMap": {"0": "1", "GPU-00000000-0000-0000-0000-0000000000ab": "GPU-00000000-0000-0000-0000-0000000000cd"},
                                    "name": "again"})");
   ASSERT_TRUE(std::holds_alternative<RestoreRequest>(r)) << std::get<ApiError>(r).message;
   const auto& req = std::get<RestoreRequest>(r);
-  EXPECT_EQ(req.snapshot, "s1");
+  EXPECT_EQ(req.source.id, "s1");
   EXPECT_TRUE(req.target_container.empty());
-  EXPECT_EQ(req.gpu_map, "0=1,GPU-ab=GPU-cd");
+  EXPECT_EQ(req.gpus.ToString(), "0=1,GPU-00000000-0000-0000-0000-0000000000ab=GPU-00000000-0000-0000-0000-0000000000cd");
   EXPECT_EQ(req.name, "again");
 }
 
@@ -127,9 +127,9 @@ TEST(AgentRestoreRequest, ContainerTarget) {
 TEST(AgentRestoreRequest, Refusals) {
   EXPECT_NE(RestoreError("{}").message.find("missing field `snapshot`"), std::string::npos);
   // Holding a `/`, it is taken for a registry reference, and refused as one.
-  EXPECT_NE(RestoreError(R"({"snapshot": "../x"})").message.find("`snapshot`: invalid registry reference `../x`"),
+  EXPECT_NE(RestoreError(R"({"snapshot": "../x"})").message.find("`snapshot`: invalid snapshot id `../x`"),
             std::string::npos);
-  EXPECT_NE(RestoreError(R"({"snapshot": ".hidden"})").message.find("not a snapshot id"), std::string::npos);
+  EXPECT_NE(RestoreError(R"({"snapshot": ".hidden"})").message.find("invalid snapshot id `.hidden`"), std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": "s", "target": "old"})").message.find("`target`"), std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": "s", "target": {}})").message.find("target.container"), std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": "s", "target": 3})").message.find("`target` must be"), std::string::npos);
@@ -137,7 +137,7 @@ TEST(AgentRestoreRequest, Refusals) {
             std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": "s", "gpuMap": {"0=1,": "2"}})").message.find("not a GPU index"),
             std::string::npos);
-  EXPECT_NE(RestoreError(R"({"snapshot": "s", "name": "a/b"})").message.find("not a workload name"),
+  EXPECT_NE(RestoreError(R"({"snapshot": "s", "name": "a/b"})").message.find("invalid workload name"),
             std::string::npos);
   EXPECT_NE(RestoreError(R"({"snapshot": "s", "extra": null})").message.find("unknown field `extra`"),
             std::string::npos);
@@ -170,18 +170,18 @@ TEST(AgentWakeRequest, EmptyBodyGpusOrGpuMap) {
     ASSERT_TRUE(std::holds_alternative<WakeRequest>(r)) << body;
     const auto& w = std::get<WakeRequest>(r);
     EXPECT_EQ(w.name, "warm");
-    EXPECT_TRUE(w.gpu_map.empty() && w.gpus.empty());
+    EXPECT_TRUE(w.gpus.empty());
   }
   auto gpus = ParseWakeRequest("warm", R"({"gpus": [1, 0]})");
   ASSERT_TRUE(std::holds_alternative<WakeRequest>(gpus));
-  EXPECT_EQ(std::get<WakeRequest>(gpus).gpus, (std::vector<int>{1, 0}));
+  EXPECT_EQ(std::get<WakeRequest>(gpus).gpus.gpus, (std::vector<int>{1, 0}));
   auto map = ParseWakeRequest("warm", R"({"gpuMap": {"0": "1"}})");
   ASSERT_TRUE(std::holds_alternative<WakeRequest>(map));
-  EXPECT_EQ(std::get<WakeRequest>(map).gpu_map, "0=1");
+  EXPECT_EQ(std::get<WakeRequest>(map).gpus.ToString(), "0=1");
 }
 
 TEST(AgentWakeRequest, Refusals) {
-  EXPECT_NE(WakeError("a b", "").message.find("is not a workload name"), std::string::npos);
+  EXPECT_NE(WakeError("a b", "").message.find("invalid workload name"), std::string::npos);
   EXPECT_EQ(WakeError("w", R"({"gpus": [0], "gpuMap": {"0": "0"}})").message,
             "give at most one of `gpuMap` and `gpus`");
   EXPECT_EQ(WakeError("w", R"({"gpus": 0})").message, "field `gpus` must be an array of GPU indices, got number");
@@ -195,16 +195,16 @@ TEST(AgentRestoreRequest, ARegistryReferenceIsPulledFirst) {
   auto r = ParseRestoreRequest(R"({"snapshot": "127.0.0.1:5000/team/counter:v1", "name": "copy"})");
   ASSERT_TRUE(std::holds_alternative<RestoreRequest>(r)) << std::get<ApiError>(r).message;
   const auto& req = std::get<RestoreRequest>(r);
-  EXPECT_EQ(req.reference, "127.0.0.1:5000/team/counter:v1");
-  EXPECT_EQ(req.snapshot, "");
+  EXPECT_EQ(req.source.ToString(), "127.0.0.1:5000/team/counter:v1");
+  EXPECT_TRUE(req.source.from_registry());
   std::string digest = "registry.example/snap@sha256:" + std::string(64, 'b');
   auto d = ParseRestoreRequest(R"({"snapshot": ")" + digest + R"("})");
   ASSERT_TRUE(std::holds_alternative<RestoreRequest>(d)) << std::get<ApiError>(d).message;
-  EXPECT_EQ(std::get<RestoreRequest>(d).reference, digest);
+  EXPECT_EQ(std::get<RestoreRequest>(d).source.ToString(), digest);
   // A snapshot id is not a reference.
   auto id = ParseRestoreRequest(R"({"snapshot": "s1"})");
   ASSERT_TRUE(std::holds_alternative<RestoreRequest>(id));
-  EXPECT_EQ(std::get<RestoreRequest>(id).reference, "");
+  EXPECT_FALSE(std::get<RestoreRequest>(id).source.from_registry());
 }
 
 TEST(AgentRestoreRequest, MalformedReferencesAreRefusedSayingWhy) {
@@ -427,6 +427,39 @@ TEST(AgentHttpStatus, ForCodes) {
   EXPECT_EQ(HttpStatusFor(Code::kInvalidArgument), 400);
   EXPECT_EQ(HttpStatusFor(Code::kNotSupported), 501);
   EXPECT_EQ(HttpStatusFor(Code::kExternal), 500);
+}
+
+TEST(AgentRequestCodec, WhatTheClientSendsTheServerReadsBack) {
+  RestoreRequest restore;
+  restore.source = *ParseSnapshotRef("127.0.0.1:5000/team/llm:v1");
+  restore.name = "copy";
+  restore.target_container = kId;
+  restore.gpus = *cuda::MakeGpuMapSpec("0=1,1=0", {});
+  auto back = ParseRestoreRequest(RestoreRequestBody(restore));
+  ASSERT_TRUE(std::holds_alternative<RestoreRequest>(back)) << std::get<ApiError>(back).message;
+  const auto& r = std::get<RestoreRequest>(back);
+  EXPECT_EQ(r.source, restore.source);
+  EXPECT_EQ(r.name, "copy");
+  EXPECT_EQ(r.target_container, kId);
+  EXPECT_EQ(r.gpus.ToString(), "0=1,1=0");
+  EXPECT_FALSE(r.standby);
+
+  WakeRequest wake;
+  wake.name = "warm";
+  wake.gpus = *cuda::MakeGpuMapSpec("", {1, 0});
+  auto woken = ParseWakeRequest("warm", WakeRequestBody(wake));
+  ASSERT_TRUE(std::holds_alternative<WakeRequest>(woken)) << std::get<ApiError>(woken).message;
+  EXPECT_EQ(std::get<WakeRequest>(woken).gpus.gpus, (std::vector<int>{1, 0}));
+  // An id and no GPU choice: the smallest body.
+  RestoreRequest plain;
+  plain.source.id = "s1";
+  EXPECT_EQ(RestoreRequestBody(plain), R"({"snapshot":"s1"})");
+}
+
+TEST(AgentRestoreRequest, AGpuMapIsParsedByItsOneGrammarAtTheDoor) {
+  EXPECT_NE(RestoreError(R"({"snapshot": "s", "gpuMap": {"x": "1"}})").message.find("`gpuMap`"), std::string::npos);
+  EXPECT_NE(RestoreError(R"({"snapshot": "s", "gpus": [1, 1]})").message.find("GPU 1 is named twice"),
+            std::string::npos);
 }
 
 }  // namespace

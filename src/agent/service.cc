@@ -172,11 +172,9 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   job.target = container_id.empty() ? fmt::format("pid {}", root) : fmt::format("container {} (pid {})", container_id, root);
   for (pid_t p : proc::Tree(root))
     if (auto st = proc::ReadStat(p); st.ok()) job.source.push_back({p, st->start_time});
-  // CRIU dumps a container's tree from inside its pid namespace. When the dump
-  // ends by killing the tree, an init that exits with its last child (sh,
-  // tini) would take the namespace, and CRIU in it, down before CRIU answers:
-  // the init is held stopped until the dump is over (and is tracked, so a
-  // restarted agent lets it go).
+  // The checkpoint holds a container's init stopped while CRIU dumps
+  // (snapshot/target.h, InitToHoldDuringDump): it is tracked, so a restarted
+  // agent lets it go.
   TrackedProcess held_init;
   if (container_init > 1 && !request.leave_running)
     if (auto st = proc::ReadStat(container_init); st.ok()) {
@@ -212,14 +210,11 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   o.caches = settings->caches;
   o.exclude = settings->exclude;
   o.image = settings->image;
-  return Launch(std::move(job), [this, o, held_init, pod, from = settings->capture_path_from](Job& running) mutable
+  return Launch(std::move(job), [this, o, pod, from = settings->capture_path_from](Job& running) mutable
                     -> Status {
     std::string id = running.id;
     o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };
-    bool held = held_init.pid > 0 && proc::IsSameProcess(held_init.pid, held_init.start_time) &&
-                ::kill(held_init.pid, SIGSTOP) == 0;
     auto meta = options_.checkpoint(o);
-    if (held && proc::IsSameProcess(held_init.pid, held_init.start_time)) ::kill(held_init.pid, SIGCONT);
     if (!meta.ok()) return meta.status();
     JobCapturePath chosen;
     {
@@ -300,46 +295,55 @@ Result<RegistryAccess> Service::Access() const {
   return options_.registry();
 }
 
-RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request, const std::string& into_container) const {
+RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request) const {
   RestoreOptions o;
+  o.source = request.source;
+  o.name = request.name;
   o.store = store_.root();
   o.criu_bundle = options_.criu_bundle;
   o.timeout_s = options_.operation_timeout_s;
-  o.gpu_map = request.gpu_map;
+  o.gpus = request.gpus;
   o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
-  o.into_container = into_container;
+  o.into_container = request.target_container;
   o.standby = request.standby;
   return o;
 }
 
 std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& request) {
+  // Refused now, before any job: what the restore refuses whatever the snapshot.
+  RestoreOptions o = RestoreOptionsFor(request);
+  if (Status st = CheckRestoreOptions(o); !st.ok()) return Refused{FromStatus(st), ""};
   // Into a container: refused now (404, 409) unless it is an idle placeholder;
   // the restore checks again when it starts.
-  std::string into_container;
   if (!request.target_container.empty()) {
     auto target = FindIdlePlaceholder(request.target_container);
     if (!target.ok()) return Refused{FromStatus(target.status()), ""};
-    into_container = target->container_id;
+    o.into_container = target->container_id;
   }
-  if (!request.reference.empty()) return StartRestoreFromRegistry(request, into_container);
-  auto meta = store_.Load(request.snapshot);
-  if (!meta.ok()) return Refused{FromStatus(meta.status()), ""};
-  std::string name = request.name.empty() ? meta->source.name : request.name;
-  if (name.empty()) name = "restored-" + std::to_string(meta->source.host_pid);
-
   Job job;
   job.kind = "restore";
-  // Into a container: one job at a time for it, capture or restore.
-  job.lock_key = into_container.empty() ? "workload:" + name : "container:" + into_container;
-  job.target = into_container.empty() ? fmt::format("snapshot {}", meta->id)
-                                      : fmt::format("snapshot {} into container {}", meta->id, into_container);
-  job.snapshot = meta->id;
-  job.bytes_total = meta->total_bytes;
-  job.restored_name = name;
-
-  RestoreOptions o = RestoreOptionsFor(request, into_container);
-  o.id = meta->id;
-  o.name = name;
+  job.restored_name = request.name;
+  std::string into = o.into_container.empty() ? "" : " into container " + o.into_container;
+  if (request.source.from_registry()) {
+    // The snapshot, and the name it gives, are known once its files are
+    // pulled (RunRestore): a second restore of the reference without a name
+    // would take the same name.
+    job.lock_key = !o.into_container.empty() ? "container:" + o.into_container
+                   : !request.name.empty()   ? "workload:" + request.name
+                                             : "reference:" + request.source.ToString();
+    job.target = fmt::format("reference {}{}", request.source.ToString(), into);
+    job.transfer.emplace();
+    job.transfer->reference = request.source.ToString();
+  } else {
+    auto meta = store_.Load(request.source.id);
+    if (!meta.ok()) return Refused{FromStatus(meta.status()), ""};
+    job.restored_name = RestoredWorkloadName(*meta, request.name);
+    // Into a container: one job at a time for it, capture or restore.
+    job.lock_key = o.into_container.empty() ? "workload:" + job.restored_name : "container:" + o.into_container;
+    job.target = fmt::format("snapshot {}{}", meta->id, into);
+    job.snapshot = meta->id;
+    job.bytes_total = meta->total_bytes;
+  }
   return Launch(std::move(job), [this, o](Job& running) { return RunRestore(running.id, o); });
 }
 
@@ -366,7 +370,6 @@ std::variant<Accepted, Refused> Service::StartWake(const WakeRequest& request) {
   job.restored_name = request.name;
   WakeOptions o;
   o.name = request.name;
-  o.gpu_map = request.gpu_map;
   o.gpus = request.gpus;
   o.timeout_s = options_.operation_timeout_s;
   return Launch(std::move(job), [this, o, snapshot = standby->restored_from](Job& running) mutable -> Status {
@@ -387,71 +390,25 @@ std::variant<Accepted, Refused> Service::StartWake(const WakeRequest& request) {
   });
 }
 
-std::variant<Accepted, Refused> Service::StartRestoreFromRegistry(const RestoreRequest& request,
-                                                                  const std::string& into_container) {
-  Job job;
-  job.kind = "restore";
-  // The name is the snapshot's unless given, and the snapshot is known once
-  // pulled: a second restore of the same reference without a name would
-  // take the same name.
-  job.lock_key = !into_container.empty() ? "container:" + into_container
-                 : !request.name.empty() ? "workload:" + request.name
-                                         : "reference:" + request.reference;
-  job.target = into_container.empty() ? fmt::format("reference {}", request.reference)
-                                      : fmt::format("reference {} into container {}", request.reference, into_container);
-  job.restored_name = request.name;
-  job.transfer.emplace();
-  job.transfer->reference = request.reference;
-
-  RestoreOptions o = RestoreOptionsFor(request, into_container);
-  return Launch(std::move(job), [this, o, request](Job& running) mutable -> Status {
-    std::string id = running.id;
-    // 1. What the store lacks of it, beside other jobs.
-    GPUSNAP_ASSIGN_OR_RETURN(RegistryAccess access, Access());
-    auto pulled = Pull({.store = store_.root(),
-                        .reference = request.reference,
-                        .as_id = "",
-                        .access = access,
-                        .progress = [this, id](const ProgressEvent& e) { OnTransferProgress(id, e); }});
-    if (!pulled.ok()) return pulled.status().Wrap(fmt::format("restore of `{}`", request.reference));
-    {
-      MutexLock lock(mu_);
-      Job& now = jobs_.at(id);
-      FinishTransfer(now, *pulled);
-      Journal(now);
-    }
-    options_.log(fmt::format("job {}: pulled {} ({}) as `{}`: {}", id, request.reference, pulled->manifest_digest,
-                             pulled->id,
-                             pulled->already_present
-                                 ? std::string("already in the store")
-                                 : fmt::format("{} of {} blobs downloaded, {}", pulled->blobs_moved, pulled->blobs,
-                                               HumanBytes(pulled->bytes_moved))));
-    PauseIfRequested("restore-pull");
-    // 2. The restore, once no other job holds the snapshot.
-    GPUSNAP_ASSIGN_OR_RETURN(SnapshotMeta meta, HoldSnapshot(id, pulled->id));
-    o.id = meta.id;
-    o.name = request.name.empty() ? meta.source.name : request.name;
-    if (o.name.empty()) o.name = "restored-" + std::to_string(meta.source.host_pid);
-    return RunRestore(id, o);
-  });
+Status Service::MarkSnapshotInUse(const std::string& id, const std::string& snapshot) {
+  MutexLock lock(mu_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.operation_timeout_s);
+  for (;;) {
+    auto it = busy_snapshots_.find(snapshot);
+    if (it == busy_snapshots_.end() || it->second == id) break;
+    if (it->second == kDeleting)
+      return Status::Error(Code::kFailedPrecondition, "snapshot `{}` is being deleted", snapshot);
+    if (!lock.WaitUntil(idle_, deadline))
+      return Status::Error(Code::kTimeout, "job {} held snapshot `{}` for {} s", it->second, snapshot,
+                           options_.operation_timeout_s);
+  }
+  busy_snapshots_[snapshot] = id;
+  jobs_.at(id).snapshot = snapshot;
+  return Status::Ok();
 }
 
 Result<SnapshotMeta> Service::HoldSnapshot(const std::string& id, const std::string& snapshot) {
-  {
-    MutexLock lock(mu_);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.operation_timeout_s);
-    for (;;) {
-      auto it = busy_snapshots_.find(snapshot);
-      if (it == busy_snapshots_.end() || it->second == id) break;
-      if (it->second == kDeleting)
-        return Status::Error(Code::kFailedPrecondition, "snapshot `{}` is being deleted", snapshot);
-      if (!lock.WaitUntil(idle_, deadline))
-        return Status::Error(Code::kTimeout, "job {} held snapshot `{}` for {} s", it->second, snapshot,
-                             options_.operation_timeout_s);
-    }
-    busy_snapshots_[snapshot] = id;
-    jobs_.at(id).snapshot = snapshot;
-  }
+  GPUSNAP_RETURN_IF_ERROR(MarkSnapshotInUse(id, snapshot));
   GPUSNAP_ASSIGN_OR_RETURN(SnapshotMeta meta, store_.Load(snapshot));
   MutexLock lock(mu_);
   Job& job = jobs_.at(id);
@@ -461,25 +418,54 @@ Result<SnapshotMeta> Service::HoldSnapshot(const std::string& id, const std::str
 }
 
 Status Service::RunRestore(const std::string& id, RestoreOptions o) {
-  o.progress = [this, id](const ProgressEvent& e) {
+  bool pulls = o.source.from_registry();
+  if (pulls) {
+    GPUSNAP_ASSIGN_OR_RETURN(o.registry, Access());
+  }
+  o.progress = [this, id, pulls](const ProgressEvent& e) {
+    // The pull's own account (bytes, blobs) is the job's transfer.
+    if (pulls && (e.phase == "pull" || (!e.done && e.phase.starts_with("pull")))) return OnTransferProgress(id, e);
     OnProgress(id, e);
     // The restore's fault-injection points for the crash tests.
     if (e.done) PauseIfRequested("restore-" + e.phase);
   };
-  {
-    MutexLock lock(mu_);
-    jobs_.at(id).restored_name = o.name;
-  }
+  // A reference's snapshot is known once its files are in: held from then on
+  // (a snapshot of the store the job held when it started).
+  if (pulls)
+    o.on_source_opened = [this, id, asked = o.name](const SnapshotMeta& meta) -> Status {
+      GPUSNAP_RETURN_IF_ERROR(MarkSnapshotInUse(id, meta.id));
+      MutexLock lock(mu_);
+      Job& job = jobs_.at(id);
+      job.bytes_total = meta.total_bytes;
+      job.restored_name = RestoredWorkloadName(meta, asked);
+      Journal(job);
+      return Status::Ok();
+    };
   auto result = options_.restore(o);
   if (!result.ok()) return result.status();
   MutexLock lock(mu_);
   Job& job = jobs_.at(id);
   job.restored_pid = result->workload.pid;
+  if (!result->workload.name.empty()) job.restored_name = result->workload.name;
   job.restore_path = result->restore_path;
   job.fallback_reason = result->fallback_reason;
+  // Every phase the restore timed, those no progress event carried too
+  // (a reference's pull-chunks-wait, pull).
+  for (const auto& [phase, seconds] : result->timings_s)
+    if (phase != "total") job.timings_s.emplace(phase, seconds);
+  if (result->pulled && job.transfer) {
+    const TransferResult& pulled = *result->pulled;
+    FinishTransfer(job, pulled);
+    options_.log(fmt::format("job {}: pulled {} ({}) as `{}`: {}", id, o.source.ToString(), pulled.manifest_digest,
+                             pulled.id,
+                             pulled.already_present
+                                 ? std::string("already in the store")
+                                 : fmt::format("{} of {} blobs downloaded, {}", pulled.blobs_moved, pulled.blobs,
+                                               HumanBytes(pulled.bytes_moved))));
+  }
   Journal(job);
   if (job.restore_path != "process")
-    options_.log(fmt::format("job {}: restored `{}` by the {} path{}", id, o.id, job.restore_path,
+    options_.log(fmt::format("job {}: restored `{}` by the {} path{}", id, o.source.ToString(), job.restore_path,
                              job.fallback_reason.empty() ? "" : ", not as a process: " + job.fallback_reason));
   return Status::Ok();
 }

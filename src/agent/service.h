@@ -17,15 +17,15 @@
 // of a tree); jobs on different keys run concurrently, each on its own thread.
 // A job holds its snapshot while it runs: no other job starts on it (409) and
 // it cannot be deleted. A restore of a registry reference learns its snapshot
-// only once pulled: it pulls beside other jobs (two pulls of one reference
-// take turns, and the second finds the snapshot present), then waits for
-// the snapshot to be free before it restores.
+// once its files are pulled: from then on it holds it (waiting for it to be
+// free), and its chunks arrive while it restores.
 //
 // Wake: one job per workload name (the lock key a restore under that name
 // takes too); it holds its standby's snapshot like a restore (HoldSnapshot),
 // so the wakes of two standbys of one snapshot take turns.
 //
-// Registry: a restore whose `reference` is set pulls first (phase "pull");
+// Registry: a restore of a reference pulls as it restores (phases
+// "pull-files", then "pull-chunks-wait" and "pull" beside the restore's own);
 // a checkpoint with `push_to` (or whose pod names one) pushes its snapshot
 // once published (phase "push"). The job's `transfer` shows either as it goes.
 //
@@ -138,10 +138,13 @@ class Service {
   void Recover() EXCLUDES(mu_);
   std::variant<Accepted, Refused> Launch(Job job, std::function<Status(Job&)> work) EXCLUDES(mu_);
   void RunJob(const std::string& id, const std::function<Status(Job&)>& work) EXCLUDES(mu_);
-  std::variant<Accepted, Refused> StartRestoreFromRegistry(const RestoreRequest& request,
-                                                          const std::string& into_container) EXCLUDES(mu_);
-  // The restore itself, the job's snapshot known and held.
+  // The restore itself, through Restore (gpusnap/operations.h) as every
+  // front door: a snapshot of the store held since the job started, or a
+  // reference's, pulled as it restores and held once its files are in.
   Status RunRestore(const std::string& id, RestoreOptions o) EXCLUDES(mu_);
+  // Marks `snapshot` used by job `id` once no other job uses it (waiting up
+  // to the operation timeout); kFailedPrecondition while it is deleted.
+  Status MarkSnapshotInUse(const std::string& id, const std::string& snapshot) EXCLUDES(mu_);
   // Holds `snapshot` for job `id` once no other job does (waiting up to the
   // operation timeout); its metadata.
   Result<SnapshotMeta> HoldSnapshot(const std::string& id, const std::string& snapshot) EXCLUDES(mu_);
@@ -158,9 +161,9 @@ class Service {
   Status PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) EXCLUDES(mu_);
   Result<RegistryAccess> Access() const;
   // What every restore this agent runs shares (the store, the bundle, its
-  // CRIU config, the timeout) and what the request asks (GPU map, container,
-  // standby); the id and the name are the caller's.
-  RestoreOptions RestoreOptionsFor(const RestoreRequest& request, const std::string& into_container) const;
+  // CRIU config, the timeout) and what the request asks (the source, the
+  // name, the GPUs, the container as given, standby).
+  RestoreOptions RestoreOptionsFor(const RestoreRequest& request) const;
   void OnProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   void OnTransferProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   // Under mu_: a job's records are written in the order of its changes.

@@ -40,20 +40,6 @@ std::map<std::string, double> Timings(const Json& job) {
   return out;
 }
 
-Result<Json> GpuMapJson(const std::string& gpu_map) {
-  Json map = Json::object();
-  size_t start = 0;
-  while (start < gpu_map.size()) {
-    size_t comma = gpu_map.find(',', start);
-    std::string pair = gpu_map.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    auto eq = pair.find('=');
-    if (eq == std::string::npos) return Status::Error(Code::kInvalidArgument, "--gpu-map: `{}` is not OLD=NEW", pair);
-    map[pair.substr(0, eq)] = pair.substr(eq + 1);
-    start = comma == std::string::npos ? gpu_map.size() : comma + 1;
-  }
-  return map;
-}
-
 }  // namespace
 
 void AddAgentFlags(CLI::App& sub, AgentFlags& flags) {
@@ -112,13 +98,13 @@ Result<Checkpointed> CheckpointThroughAgent(const std::string& socket, const Che
 
 Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOptions& o,
                                      ProgressDisplay& progress) {
-  Json body = {{"snapshot", o.id}};
-  if (!o.name.empty()) body["name"] = o.name;
-  if (!o.into_container.empty()) body["target"] = {{"container", o.into_container}};
-  if (o.standby) body["standby"] = true;
-  if (!o.gpu_map.empty()) {
-    GPUSNAP_ASSIGN_OR_RETURN(body["gpuMap"], GpuMapJson(o.gpu_map));
-  }
+  agent::RestoreRequest request;
+  request.source = o.source;
+  request.name = o.name;
+  request.target_container = o.into_container;
+  request.standby = o.standby;
+  request.gpus = o.gpus;
+  Json body = Json::parse(agent::RestoreRequestBody(request));
   GPUSNAP_ASSIGN_OR_RETURN(Json started, agent::CallAgent(socket, "POST", "/v1/restores", &body));
   GPUSNAP_ASSIGN_OR_RETURN(Json job, FollowWithProgress(socket, started, progress));
   Restored out;
@@ -141,13 +127,8 @@ Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOpt
 }
 
 Result<Woken> WakeThroughAgent(const std::string& socket, const WakeOptions& o, ProgressDisplay& progress) {
-  if (!IsValidWorkloadName(o.name))
-    return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", o.name);
-  Json body = Json::object();
-  if (!o.gpu_map.empty()) {
-    GPUSNAP_ASSIGN_OR_RETURN(body["gpuMap"], GpuMapJson(o.gpu_map));
-  }
-  if (!o.gpus.empty()) body["gpus"] = o.gpus;
+  GPUSNAP_RETURN_IF_ERROR(CheckWorkloadName(o.name));
+  Json body = Json::parse(agent::WakeRequestBody({.name = o.name, .gpus = o.gpus}));
   GPUSNAP_ASSIGN_OR_RETURN(Json started, agent::CallAgent(socket, "POST", "/v1/workloads/" + o.name + "/wake", &body));
   GPUSNAP_ASSIGN_OR_RETURN(Json job, FollowWithProgress(socket, started, progress));
   Woken out;

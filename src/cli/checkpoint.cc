@@ -3,6 +3,7 @@
 
 #include "cli/cli.h"
 #include "cli/progress.h"
+#include "cli/usage.h"
 
 namespace gpusnap::cli {
 
@@ -57,7 +58,8 @@ void PrintRestore(const Context& ctx, const RestoreOptions& o, const Restored& d
     return ctx.PrintJson(j);
   }
   if (!ctx.quiet) {
-    std::fprintf(stderr, "[restore] %s restored as `%s`%s in %.2f s\n", o.id.c_str(), r.workload.name.c_str(),
+    std::fprintf(stderr, "[restore] %s restored as `%s`%s in %.2f s\n", o.source.ToString().c_str(),
+                 r.workload.name.c_str(),
                  o.standby                    ? ", a standby (`gpusnap wake` it)"
                  : r.restore_path == "rootfs" ? " by its rootfs capture (a cold start with its caches)"
                                               : "",
@@ -140,6 +142,22 @@ void AddCriuConfig(CLI::App& sub, std::string& path) {
       ->check(CLI::ExistingFile);
 }
 
+// --gpu-map and --gpus, parsed into `gpus` as they are read (cuda/gpu_map.h).
+void AddGpuChoice(CLI::App& sub, cuda::GpuMapSpec& gpus, const char* verb, const char* where) {
+  auto* map = sub.add_option_function<std::string>(
+      "--gpu-map",
+      [&gpus](const std::string& text) { gpus.entries = ParsedOrUsageError(cuda::ParseGpuMap(text), "--gpu-map"); },
+      fmt::format("{} onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this machine's", verb));
+  sub.add_option_function<std::vector<int>>(
+         "--gpus",
+         [&gpus](const std::vector<int>& indices) {
+           gpus.gpus = ParsedOrUsageError(cuda::MakeGpuMapSpec("", indices), "--gpus").gpus;
+         },
+         fmt::format("{} the snapshot's GPUs, in order, onto these GPU indices {}", verb, where))
+      ->delimiter(',')
+      ->excludes(map);
+}
+
 }  // namespace
 
 void AddCheckpoint(CLI::App& app, Context& ctx) {
@@ -187,21 +205,20 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
 void AddRestore(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand("restore", "Restore a snapshot into a fresh pid namespace, or a placeholder container's");
   auto opts = std::make_shared<RestoreOptions>();
-  sub->add_option("id", opts->id,
-                  "Snapshot id (see `gpusnap ls`), or a registry reference host[:port]/repository[:tag|@digest], "
-                  "pulled first")
+  sub->add_option_function<std::string>(
+         "id", [opts](const std::string& text) { opts->source = ParsedOrUsageError(ParseSnapshotRef(text), "id"); },
+         "Snapshot id (see `gpusnap ls`), or a registry reference host[:port]/repository[:tag|@digest], "
+         "pulled as it restores")
       ->required();
   sub->add_option("--store", opts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
-  sub->add_option("--name", opts->name, "Name of the restored workload (default: the source's)");
+  sub->add_option("--name", opts->name, "Name of the restored workload (default: the source's)")
+      ->check(WorkloadNameError);
   AddRegistryFlags(*sub, opts->registry);
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap; in-process)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take (in-process)")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log (in-process)");
   AddCriuConfig(*sub, opts->criu_config);
-  sub->add_option("--gpu-map", opts->gpu_map,
-                  "Restore onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this machine's");
-  sub->add_option("--gpus", opts->gpus, "Restore the snapshot's GPUs, in order, onto these GPU indices (in-process)")
-      ->delimiter(',');
+  AddGpuChoice(*sub, opts->gpus, "Restore", "(in-process)");
   sub->add_flag("--huge-pages", opts->huge_pages,
                 "Set the host's transparent huge pages to `always` while CRIU restores (faster for large images), "
                 "its own mode put back after (in-process)");
@@ -229,13 +246,10 @@ void AddRestore(CLI::App& app, Context& ctx) {
 void AddWake(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand("wake", "Wake a standby (`gpusnap restore --standby`) onto the GPUs chosen now");
   auto opts = std::make_shared<WakeOptions>();
-  sub->add_option("name", opts->name, "The standby's workload name (see `gpusnap ps`)")->required();
-  auto* map = sub->add_option("--gpu-map", opts->gpu_map,
-                              "Wake onto other GPUs: OLD=NEW[,...], the snapshot's GPU (index or UUID) = this "
-                              "machine's");
-  sub->add_option("--gpus", opts->gpus, "Wake the snapshot's GPUs, in order, onto these GPU indices")
-      ->delimiter(',')
-      ->excludes(map);
+  sub->add_option("name", opts->name, "The standby's workload name (see `gpusnap ps`)")
+      ->required()
+      ->check(WorkloadNameError);
+  AddGpuChoice(*sub, opts->gpus, "Wake", "");
   sub->add_option("--timeout", opts->timeout_s, "Seconds the driver's restore may take (in-process)")
       ->capture_default_str();
   auto agent = std::make_shared<AgentFlags>();

@@ -7,6 +7,8 @@
 #include <functional>
 #include <vector>
 
+#include "gpusnap/workload.h"
+
 namespace gpusnap::cli {
 
 namespace {
@@ -96,6 +98,11 @@ std::string UsageErrorLine(const CLI::App& top, const CLI::ParseError& error) {
     return fmt::format("unknown option `{}` for {} {}", flag, where, SeeHelp(at));
   }
   return fmt::format("{}: {} {}", where, OneLine(error.what()), SeeHelp(at));
+}
+
+std::string WorkloadNameError(const std::string& name) {
+  Status st = CheckWorkloadName(name);
+  return st.ok() ? std::string() : st.message();
 }
 
 int ReportUsageError(const CLI::App& top, const CLI::ParseError& error) {

@@ -6,6 +6,9 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <utility>
+
+#include "gpusnap/status.h"
 
 namespace gpusnap::cli {
 
@@ -17,5 +20,16 @@ std::string UsageErrorLine(const CLI::App& top, const CLI::ParseError& error);
 
 // Prints `gpusnap: error: <UsageErrorLine>` on stderr; returns kUsageExitCode.
 int ReportUsageError(const CLI::App& top, const CLI::ParseError& error);
+
+// A flag's (or argument's) value parsed where it enters, for an option
+// callback: the typed value, or a usage error naming `flag` and why.
+template <typename T>
+T ParsedOrUsageError(Result<T> parsed, const std::string& flag) {
+  if (!parsed.ok()) throw CLI::ValidationError(flag, parsed.status().message());
+  return std::move(parsed).value();
+}
+
+// A CLI11 check of a workload name: the rule's one message (CheckWorkloadName).
+std::string WorkloadNameError(const std::string& name);
 
 }  // namespace gpusnap::cli

@@ -65,6 +65,30 @@ Result<std::vector<GpuMapEntry>> ParseGpuMap(std::string_view text) {
   }
 }
 
+std::string GpuMapSpec::ToString() const {
+  std::string out;
+  for (const auto& e : entries) out += fmt::format("{}{}={}", out.empty() ? "" : ",", e.from.text, e.to.text);
+  for (int g : gpus) out += fmt::format("{}{}", out.empty() ? "" : ",", g);
+  return out;
+}
+
+Result<GpuMapSpec> MakeGpuMapSpec(std::string_view map_text, std::vector<int> gpus) {
+  if (!map_text.empty() && !gpus.empty())
+    return Status::Error(Code::kInvalidArgument, "give --gpu-map or --gpus, not both");
+  GpuMapSpec spec;
+  if (!map_text.empty()) {
+    GPUSNAP_ASSIGN_OR_RETURN(spec.entries, ParseGpuMap(map_text));
+  }
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (gpus[i] < 0) return Status::Error(Code::kInvalidArgument, "--gpus: `{}` is not a GPU index", gpus[i]);
+    for (size_t j = 0; j < i; ++j)
+      if (gpus[j] == gpus[i])
+        return Status::Error(Code::kInvalidArgument, "--gpus: GPU {} is named twice", gpus[i]);
+  }
+  spec.gpus = std::move(gpus);
+  return spec;
+}
+
 Result<GpuMap> TranslateGpuMap(std::span<const GpuMapEntry> entries, std::span<const GpuInfo> old_gpus,
                                std::span<const GpuInfo> new_gpus) {
   if (entries.empty()) return GpuMap{};

@@ -34,6 +34,23 @@ struct GpuMapEntry {
 // FROM text written twice.
 Result<std::vector<GpuMapEntry>> ParseGpuMap(std::string_view text);
 
+// Which GPUs a restore or a wake goes onto, as asked where the request
+// entered (the CLI's --gpu-map or --gpus, the agent's `gpuMap` or `gpus`):
+// parsed once there, then carried as it is. Empty: every GPU onto the GPU of
+// its index here.
+struct GpuMapSpec {
+  std::vector<GpuMapEntry> entries;  // --gpu-map FROM=TO,...
+  std::vector<int> gpus;             // or --gpus: the snapshot's GPUs, in order, onto these indices
+
+  bool empty() const { return entries.empty() && gpus.empty(); }
+  // As it was written: "0=1,GPU-…=0" or "1,0" (--gpus), for messages.
+  std::string ToString() const;
+};
+
+// Pure. `map_text` empty: no --gpu-map. kInvalidArgument: both given, a map
+// ParseGpuMap refuses, a negative index or an index named twice in `gpus`.
+Result<GpuMapSpec> MakeGpuMapSpec(std::string_view map_text, std::vector<int> gpus);
+
 // What cuCheckpointProcessRestore is given: old UUID -> new UUID.
 struct GpuPair {
   Uuid old_uuid{};

@@ -159,5 +159,32 @@ TEST(CudaGpuMap, FormatsPairs) {
   EXPECT_EQ(FormatGpuMap({{U(0), U(1)}}), FormatUuid(U(0)) + ">" + FormatUuid(U(1)));
 }
 
+TEST(CudaGpuMapSpec, ParsedOnceAndWrittenBackAsGiven) {
+  auto map = MakeGpuMapSpec("0=1, 1=0", {});
+  ASSERT_TRUE(map.ok()) << map.status().message();
+  ASSERT_EQ(map->entries.size(), 2u);
+  EXPECT_EQ(*map->entries[0].to.index, 1);
+  EXPECT_EQ(map->ToString(), "0=1,1=0");
+  auto gpus = MakeGpuMapSpec("", {1, 0});
+  ASSERT_TRUE(gpus.ok());
+  EXPECT_EQ(gpus->ToString(), "1,0");
+  auto none = MakeGpuMapSpec("", {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(CudaGpuMapSpec, RefusesBothABadMapAndBadIndices) {
+  auto both = MakeGpuMapSpec("0=1", {1});
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("not both"), std::string::npos);
+  auto bad = MakeGpuMapSpec("0:1", {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("`0:1`"), std::string::npos) << bad.status().message();
+  auto twice = MakeGpuMapSpec("", {1, 1});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("GPU 1 is named twice"), std::string::npos);
+  EXPECT_FALSE(MakeGpuMapSpec("", {-1}).ok());
+}
+
 }  // namespace
 }  // namespace gpusnap::cuda

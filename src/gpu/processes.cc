@@ -136,9 +136,7 @@ Status CheckCompatible(const SnapshotGpuState& snap, const std::vector<cuda::Gpu
 }
 
 Result<cuda::GpuMap> PlanGpuMap(const SnapshotGpuState& snap, const std::vector<cuda::GpuInfo>& here,
-                                const std::string& gpu_map_text, const std::vector<int>& gpus) {
-  if (!gpu_map_text.empty() && !gpus.empty())
-    return Status::Error(Code::kInvalidArgument, "give --gpu-map or --gpus, not both");
+                                const cuda::GpuMapSpec& spec) {
   std::vector<cuda::GpuInfo> old_gpus;
   for (const auto& g : snap.gpus) {
     cuda::GpuInfo info;
@@ -149,22 +147,20 @@ Result<cuda::GpuMap> PlanGpuMap(const SnapshotGpuState& snap, const std::vector<
     info.cc_minor = g.cc_minor;
     old_gpus.push_back(info);
   }
-  std::string text = gpu_map_text;
-  if (!gpus.empty()) {
-    if (gpus.size() > snap.gpus.size())
-      return Status::Error(Code::kInvalidArgument, "--gpus names {} GPUs, the snapshot uses {}", gpus.size(),
-                           snap.gpus.size());
-    // The driver takes a permutation: the GPUs named first, then the others
-    // of this machine in order for the snapshot's remaining GPUs.
-    std::vector<int> targets = gpus;
-    for (const auto& h : here)
-      if (targets.size() < snap.gpus.size() && std::find(targets.begin(), targets.end(), h.index) == targets.end())
-        targets.push_back(h.index);
-    for (size_t i = 0; i < targets.size(); ++i)
-      text += fmt::format("{}{}={}", i ? "," : "", snap.gpus[i].uuid, targets[i]);
-  }
-  if (text.empty()) return cuda::GpuMap{};
-  GPUSNAP_ASSIGN_OR_RETURN(auto entries, cuda::ParseGpuMap(text));
+  if (spec.gpus.empty()) return cuda::TranslateGpuMap(spec.entries, old_gpus, here);
+  if (spec.gpus.size() > snap.gpus.size())
+    return Status::Error(Code::kInvalidArgument, "--gpus names {} GPUs, the snapshot uses {}", spec.gpus.size(),
+                         snap.gpus.size());
+  // The driver takes a permutation: the GPUs named first, then the others
+  // of this machine in order for the snapshot's remaining GPUs.
+  std::vector<int> targets = spec.gpus;
+  for (const auto& h : here)
+    if (targets.size() < snap.gpus.size() && std::find(targets.begin(), targets.end(), h.index) == targets.end())
+      targets.push_back(h.index);
+  std::vector<cuda::GpuMapEntry> entries;
+  for (size_t i = 0; i < targets.size(); ++i)
+    entries.push_back({.from = {.index = std::nullopt, .uuid = old_gpus[i].uuid, .text = snap.gpus[i].uuid},
+                       .to = {.index = targets[i], .uuid = std::nullopt, .text = std::to_string(targets[i])}});
   return cuda::TranslateGpuMap(entries, old_gpus, here);
 }
 

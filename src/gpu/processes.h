@@ -57,7 +57,7 @@ Status CheckCompatible(const SnapshotGpuState& snap, const std::vector<cuda::Gpu
 // UUIDs; old indices are the snapshot's) or `--gpus` (the snapshot's GPUs in
 // order onto these indices here). Both empty: no remapping.
 Result<cuda::GpuMap> PlanGpuMap(const SnapshotGpuState& snap, const std::vector<cuda::GpuInfo>& here,
-                                const std::string& gpu_map_text, const std::vector<int>& gpus);
+                                const cuda::GpuMapSpec& spec);
 
 // Lock, freeze, checkpoint and stop every pid. Returns each pid's restore
 // thread as the driver names it (its tid inside the process's namespace,

@@ -10,6 +10,7 @@
 #include "gpusnap/snapshot.h"
 #include "k8s/pod_edit.h"
 #include "store/registry_reference.h"
+#include "store/snapshot_ref.h"
 
 namespace gpusnap::k8s {
 
@@ -86,13 +87,9 @@ Result<json*> RestoreTarget(json& pod) {
 // placeholder container's name; fills record["restore"].
 Result<std::string> MakePlaceholder(json& pod, const MutateConfig& config, Mutation& out, json& record) {
   std::string id = Annotation(pod, kAnnotationRestoreFrom);
-  bool reference = LooksLikeRegistryReference(id);
-  if (reference) {
-    auto parsed = ParseRegistryReference(id);
-    if (!parsed.ok()) return parsed.status().Wrap(std::string(kAnnotationRestoreFrom));
-  } else if (!IsValidSnapshotId(id)) {
-    return Status::Error(Code::kInvalidArgument, "{}: `{}` is not a snapshot id", kAnnotationRestoreFrom, id);
-  }
+  auto source = ParseSnapshotRef(id);
+  if (!source.ok()) return source.status().Wrap(std::string(kAnnotationRestoreFrom));
+  bool reference = source->from_registry();
   GPUSNAP_ASSIGN_OR_RETURN(json * c, RestoreTarget(pod));
   std::string name = c->value("name", "");
 

@@ -1,6 +1,7 @@
 #include "proc/proc.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,6 +160,34 @@ Result<pid_t> WaitForNsPid(pid_t root, pid_t ns_pid) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return Status::Error(Code::kExternal, "the restored task (pid {} in its namespace) did not appear", ns_pid);
+}
+
+}  // namespace gpusnap::proc
+
+namespace gpusnap::proc {
+
+HeldStopped HeldStopped::Stop(pid_t pid) {
+  HeldStopped held;
+  if (pid <= 0) return held;
+  auto st = ReadStat(pid);
+  if (!st.ok() || ::kill(pid, SIGSTOP) != 0) return held;
+  held.pid_ = pid;
+  held.start_time_ = st->start_time;
+  return held;
+}
+
+HeldStopped& HeldStopped::operator=(HeldStopped&& other) noexcept {
+  if (this != &other) {
+    Release();
+    pid_ = std::exchange(other.pid_, 0);
+    start_time_ = other.start_time_;
+  }
+  return *this;
+}
+
+void HeldStopped::Release() {
+  if (pid_ > 0 && IsSameProcess(pid_, start_time_)) ::kill(pid_, SIGCONT);
+  pid_ = 0;
 }
 
 }  // namespace gpusnap::proc

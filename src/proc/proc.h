@@ -28,6 +28,28 @@ bool Exists(pid_t pid);
 // True if `pid` still names the process that started at `start_time`.
 bool IsSameProcess(pid_t pid, uint64_t start_time);
 
+// A process held stopped (SIGSTOP) for this object's life, then continued
+// (SIGCONT) if it is still the same process. Holds nothing when pid is 0 or
+// the process is gone. Not copyable; movable.
+class HeldStopped {
+ public:
+  HeldStopped() = default;
+  static HeldStopped Stop(pid_t pid);
+  HeldStopped(HeldStopped&& other) noexcept
+      : pid_(std::exchange(other.pid_, 0)), start_time_(other.start_time_) {}
+  HeldStopped& operator=(HeldStopped&& other) noexcept;
+  HeldStopped(const HeldStopped&) = delete;
+  HeldStopped& operator=(const HeldStopped&) = delete;
+  ~HeldStopped() { Release(); }
+
+  pid_t pid() const { return pid_; }  // 0 when nothing is held
+  void Release();                     // continues it now
+
+ private:
+  pid_t pid_ = 0;
+  uint64_t start_time_ = 0;
+};
+
 // Direct children of every thread of `pid`.
 std::vector<pid_t> Children(pid_t pid);
 // `pid` and all its descendants, parents before children.

@@ -1,4 +1,5 @@
-// The checkpoint, as DESIGN.md §2 and docs/ARCHITECTURE.md tell it.
+// The checkpoint, as docs/ARCHITECTURE.md tells it. Checkpoint is the one
+// front door: the CLI and the agent call it.
 //
 // 1. Resolve the target to a process tree and the namespace CRIU must enter;
 //    take the tree's checkpoint lock; choose the capture path
@@ -12,7 +13,8 @@
 //    free it. Undone by loading it back.
 // 5. GPU processes: lock all, stop their CPU threads, checkpoint all
 //    (gpu/processes.h). Undone by restoring and unlocking them.
-// 6. CRIU dumps the tree from inside its namespace. At its post-dump
+// 6. CRIU dumps the tree from inside its namespace (a container's init that
+//    would exit with the tree held stopped meanwhile). At its post-dump
 //    notification, while the tree is still frozen, publish the snapshot
 //    (digests, fsync, rename). Only after we answer does CRIU kill the tree;
 //    a failure or a crash before that answer makes CRIU resume it: the
@@ -265,7 +267,10 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phas
   PauseIfRequested("dump");
   if (!pause_start) pause_start = std::chrono::steady_clock::now();
   phases.Start("dump");
+  // A container's init that would exit with the tree is held until CRIU answers.
+  proc::HeldStopped held_init = proc::HeldStopped::Stop(InitToHoldDuringDump(target, options.leave_running));
   auto resp = criu::Run(dump);
+  held_init.Release();
   if (!resp.ok()) {
     // The snapshot is whole; only the source's fate is in question.
     if (run.published) return resp.status().Wrap(fmt::format("snapshot `{}` was published, but CRIU then failed", id));

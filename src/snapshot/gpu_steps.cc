@@ -6,17 +6,53 @@
 
 #include "gpu/processes.h"
 #include "proc/proc.h"
+#include "store/layout.h"
 #include "util/test_hooks.h"
 
 namespace gpusnap {
 
 namespace control = gpushare::control;
 
+Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& chunk_store,
+                                  const std::string& snapshot_dir, const cuda::GpuMapSpec& spec,
+                                  const std::set<std::string>& arriving, std::string_view verb) {
+  std::string refusing = fmt::format("refusing to {}", verb);
+  GpuRestore gpu;
+  gpu.chunk_store = chunk_store;
+  gpu.gpu_dir = snapshot_dir + "/" + SnapshotFiles::kGpuDir;
+  if (meta.gpu->gpushare) {
+    auto lock = control::ChunkStoreLock::Acquire(chunk_store, control::ChunkStoreLock::Mode::kShared,
+                                                 control::kChunkWriterWaitMs);
+    if (!lock.ok()) return lock.status().Wrap(refusing);
+    gpu.chunk_lock = std::move(lock).value();
+    GPUSNAP_RETURN_IF_ERROR(
+        control::CheckManifests(chunk_store, gpu.gpu_dir, meta.gpu->ns_pids, arriving).Wrap(refusing));
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
+  gpu.driver = std::make_shared<cuda::Driver>(std::move(loaded));
+  GPUSNAP_ASSIGN_OR_RETURN(gpu.here, cuda::ListGpus(*gpu.driver));
+  GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
+  auto map = gpu::PlanGpuMap(*meta.gpu, gpu.here, spec);
+  if (!map.ok()) return map.status().Wrap(refusing);
+  gpu.gpu_map = std::move(map).value();
+  GPUSNAP_RETURN_IF_ERROR(gpu::CheckCompatible(*meta.gpu, gpu.here, kernel_driver, gpu.gpu_map).Wrap(refusing));
+  return gpu;
+}
+
+void StartGpusharePreload(GpuRestore& gpu, const SnapshotMeta& meta, std::chrono::milliseconds arrival_wait,
+                          gpushare::ChunkStore::Bringer bringer, unsigned threads) {
+  gpu.preload = control::StartPreload(gpu.driver->path(), gpu.chunk_store, gpu.gpu_dir, meta.gpu->ns_pids,
+                                      [map = gpu.gpu_map, here = gpu.here](const cuda::Uuid& uuid) {
+                                        return cuda::OrdinalAfterMap(uuid, map, here);
+                                      },
+                                      arrival_wait, std::move(bringer), threads);
+}
+
 Result<std::vector<control::ShimProcess>> RestoreGpuProcesses(const GpuStep& step, Phases& phases) {
   const SnapshotMeta& meta = *step.meta;
   std::vector<pid_t> tids(meta.gpu->restore_tids.begin(), meta.gpu->restore_tids.end());
   GPUSNAP_RETURN_IF_ERROR(
-      gpu::ResumeWithin(step.driver, step.gpu_pids, tids, step.gpu_map, step.timeout, phases.timings())
+      gpu::ResumeWithin(step.gpu->driver, step.gpu_pids, tids, step.gpu->gpu_map, step.timeout, phases.timings())
           .Wrap(step.failed));
   if (step.progress)
     step.progress({"gpu-restore", phases.timings()["gpu-restore"] + phases.timings()["gpu-unlock"], 0, true});
@@ -29,8 +65,8 @@ Result<std::vector<control::ShimProcess>> RestoreGpuProcesses(const GpuStep& ste
   for (size_t i = 0; i < step.gpu_pids.size(); ++i)
     procs.push_back({step.gpu_pids[i], meta.gpu->ns_pids[i], meta.gpu->control_sockets[i]});
   std::optional<control::PreloadedMemory> preloaded;
-  if (step.preload != nullptr && step.preload->valid()) {
-    Timed<Result<control::PreloadedMemory>> made = step.preload->get();
+  if (step.gpu->preload.valid()) {
+    Timed<Result<control::PreloadedMemory>> made = step.gpu->preload.get();
     phases.timings()["gpushare-preload"] = made.seconds;
     if (made.value.ok()) {
       phases.timings()["gpushare-preload-map"] = made.value->map_seconds();
@@ -47,9 +83,9 @@ Result<std::vector<control::ShimProcess>> RestoreGpuProcesses(const GpuStep& ste
   PauseIfRequested("gpushare-load");
   if (step.before_load) GPUSNAP_RETURN_IF_ERROR(step.before_load().Wrap(step.failed));
   Status loaded =
-      control::LoadAll(procs, step.chunk_store, step.gpu_dir, control::AfterLoad::kHold, phases.timings());
+      control::LoadAll(procs, step.gpu->chunk_store, step.gpu->gpu_dir, control::AfterLoad::kHold, phases.timings());
   preloaded.reset();  // what the processes adopted is theirs now
-  if (step.chunk_lock != nullptr) step.chunk_lock->reset();
+  step.gpu->chunk_lock.reset();
   GPUSNAP_RETURN_IF_ERROR(loaded.Wrap(step.failed));
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("gpushare-load"));
   phases.Done();

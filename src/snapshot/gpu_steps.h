@@ -1,4 +1,5 @@
 // The steps a restore (restore.cc) and a standby's wake (wake.cc) share:
+// the GPU plan (checked before anything is touched), the gpushare preload,
 // the GPU step (restore's step 4) and letting the restored tree go (step 5's
 // last act), told once so that both stories do them the same way.
 #pragma once
@@ -9,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,18 +24,45 @@
 
 namespace gpusnap {
 
-// What the GPU step acts on. The pointers are the story's, and outlive the call.
-struct GpuStep {
-  std::shared_ptr<cuda::Driver> driver;  // loaded (cuInit done)
-  const SnapshotMeta* meta = nullptr;    // REQUIRES: meta->gpu
-  std::vector<pid_t> gpu_pids;           // host pids, in meta->gpu->ns_pids order, in group-stop
-  cuda::GpuMap gpu_map;
+// A GPU snapshot's restore onto this machine, planned: what restore and
+// wake decide before they touch anything, and hold until the GPU step.
+struct GpuRestore {
+  std::shared_ptr<cuda::Driver> driver;  // loaded (cuInit done); shared: a call that never returns keeps it alive
+  std::vector<cuda::GpuInfo> here;       // this machine's GPUs
+  cuda::GpuMap gpu_map;                  // the snapshot's GPUs onto these
   std::string chunk_store;               // the store's root
   std::string gpu_dir;                   // the snapshot's gpu/ (gpushare manifests)
+  // gpushare: held shared from the plan until every chunk is loaded.
+  std::optional<gpushare::control::ChunkStoreLock> chunk_lock;
+  gpushare::control::PendingPreload preload;  // gpushare: once started (StartGpusharePreload)
+
+  // The device ordinal here of the GPU checkpointed as `uuid`, after the map.
+  std::optional<int> OrdinalOf(const cuda::Uuid& uuid) const { return cuda::OrdinalAfterMap(uuid, gpu_map, here); }
+};
+
+// Loads the driver, lists this machine's GPUs, plans `spec` onto them and
+// checks that the snapshot fits them (gpu::CheckCompatible); gpushare: takes
+// the chunk store's lock shared and checks that every chunk the manifests
+// name is in the store or among `arriving` (a pull's). Touches no process.
+// REQUIRES: meta.gpu. Errors as those steps' (kFailedPrecondition for a GPU
+// or driver that does not fit, kInvalidArgument for a map that does not
+// apply, kNotFound for a missing chunk), wrapped "refusing to <verb>".
+Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& chunk_store,
+                                  const std::string& snapshot_dir, const cuda::GpuMapSpec& spec,
+                                  const std::set<std::string>& arriving, std::string_view verb);
+
+// gpushare: starts making and filling the device memory the shims will adopt
+// (gpushare/control/preload.h), on the mapped GPUs. `arrival_wait` and
+// `bringer` as StartPreload takes them (a restore that pulls as it goes).
+void StartGpusharePreload(GpuRestore& gpu, const SnapshotMeta& meta, std::chrono::milliseconds arrival_wait,
+                          gpushare::ChunkStore::Bringer bringer, unsigned threads);
+
+// What the GPU step acts on. The pointers are the story's, and outlive the call.
+struct GpuStep {
+  GpuRestore* gpu = nullptr;             // planned; its preload consumed, its chunk lock released
+  const SnapshotMeta* meta = nullptr;    // REQUIRES: meta->gpu
+  std::vector<pid_t> gpu_pids;           // host pids, in meta->gpu->ns_pids order, in group-stop
   std::chrono::seconds timeout{600};     // for the driver's restore
-  gpushare::control::PendingPreload* preload = nullptr;  // gpushare: the preload started earlier (may be invalid)
-  // gpushare: held shared until every chunk is loaded, then released (may be empty).
-  std::optional<gpushare::control::ChunkStoreLock>* chunk_lock = nullptr;
   // gpushare: called before the processes load what was not preloaded (a
   // restore of a reference waits for its chunks there); empty: nothing.
   std::function<Status()> before_load;

@@ -1,15 +1,24 @@
-// The restore, as DESIGN.md §3 and docs/ARCHITECTURE.md tell it.
+// The restore, as docs/ARCHITECTURE.md tells it. Restore is the one front
+// door (the CLI, the agent and its Kubernetes watcher all call it):
 //
-// 0. A registry reference: its files are pulled (what the store has is not
-//    fetched again) into a staging directory the restore reads from, its
-//    gpushare chunks arrive beside the steps that follow, in the order the
-//    preload copies them; the snapshot joins the store at step 5.
-// 1. A rootfs capture goes to its own story here (rootfs_restore.cc).
-//    Verify the snapshot (schema, every file's digest) and, for a GPU
-//    snapshot, that this machine's driver and GPUs fit, before anything
-//    starts; a GPU snapshot's digests are checked beside CRIU instead, its
-//    tasks left stopped until they match. gpushare: preload device memory
-//    beside the steps that follow.
+// 1. Check the options: refusals that need no snapshot, before any disk or
+//    network work (CheckRestoreOptions).
+// 2. Open the source: the store's snapshot, or a registry reference's, whose
+//    files are pulled (what the store has is not fetched again) into a
+//    staging directory the restore reads from, its gpushare chunks arriving
+//    beside the steps that follow, in the order the preload copies them; the
+//    snapshot joins the store when the restore is recorded.
+// 3. Dispatch on the capture path, in this one place: a rootfs capture to
+//    its own story (rootfs_restore.cc); a process capture to TakeRestore; a
+//    `both` capture whose process part cannot run here falls back to its
+//    rootfs part.
+//
+// TakeRestore, the process story:
+// 1. Verify the snapshot (schema, every file's digest) and, for a GPU
+//    snapshot, that this machine's driver and GPUs fit (PlanGpuRestore),
+//    before anything starts; a GPU snapshot's digests are checked beside CRIU
+//    instead, its tasks left stopped until they match. gpushare: preload
+//    device memory beside the steps that follow.
 // 2. Start a fresh pid + mount namespace held by a reaper; or, into a
 //    container, check that its init is an idle placeholder and use that.
 //    Undone by tearing down what was restored in it.
@@ -25,14 +34,15 @@
 //    task but the GPU processes' (gpushare: none) has run, so a failed restore
 //    leaves no trace of the workload having run again.
 //
-// A standby (options.standby, docs/STANDBY.md) takes steps 0-3 and the record
+// A standby (options.standby, docs/STANDBY.md) takes steps 1-3 and the record
 // of step 5: no GPU step, no preload, no driver loaded here; its tasks stay
 // stopped, holding no GPU memory, until `gpusnap wake` (wake.cc) takes step 4.
 //
 // One exit: any failure returns through UndoStack::Fail, which tears down what
 // the restore started (a fresh namespace as a whole; in a placeholder, the
 // restored processes, leaving the placeholder idle) and reports what it could
-// not undo. The store is never changed by a restore.
+// not undo. The store is never changed by a restore, but for a pulled
+// snapshot joining it.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -79,20 +89,54 @@ namespace {
 
 namespace control = gpushare::control;
 
-// What the steps find and leave for the steps after them and for the undo.
-struct RestoreRun {
+// The snapshot a restore reads.
+struct RestoreSource {
   std::optional<Store> store;
   // A reference's, published when the restore is recorded; before the preload,
   // which waits on its chunks, so that it outlives it.
   std::unique_ptr<registry::StagedPull> pull;
   std::string dir;  // the snapshot's files: in the store, or the pull's staging (read beside by the digests)
   SnapshotMeta meta;
+
+  std::set<std::string> Arriving() const { return pull ? pull->arriving() : std::set<std::string>(); }
+};
+
+// Step 2 of Restore: the store's snapshot, or a reference's files pulled now
+// into the staging (its chunks arrive beside what follows). Phase
+// `pull-files` for a reference.
+Result<RestoreSource> OpenSource(const RestoreOptions& options, Phases& phases) {
+  RestoreSource source;
+  if (options.source.from_registry()) {
+    phases.Start("pull-files");
+    GPUSNAP_ASSIGN_OR_RETURN(source.pull, registry::StagedPull::Begin({.store = options.store,
+                                                                      .reference = options.source.ToString(),
+                                                                      .as_id = "",
+                                                                      .access = options.registry,
+                                                                      .progress = options.progress}));
+    phases.Done();
+    source.meta = source.pull->meta();
+    source.dir = source.pull->dir();
+  }
+  auto store = Store::Open(options.store, false);
+  if (!store.ok() && store.status().code() == Code::kNotFound && !source.pull)
+    return Status::Error(Code::kNotFound, "no snapshot `{}`: there is no store `{}` yet", options.source.id,
+                         options.store);
+  if (!store.ok()) return store.status();
+  source.store = std::move(store).value();
+  if (!source.pull) {
+    GPUSNAP_ASSIGN_OR_RETURN(source.meta, source.store->Load(options.source.id));
+    source.dir = source.store->SnapshotDir(source.meta.id);
+  }
+  return source;
+}
+
+// What the steps find and leave for the steps after them and for the undo.
+struct RestoreRun {
+  // The snapshot read: the store's, or a reference's being pulled.
+  const RestoreSource* source = nullptr;
   std::future<Timed<Status>> digests;  // a GPU snapshot's, checked beside CRIU
   std::atomic<bool> criu_done{false};   // the digests' pace: until then they follow CRIU's reads
-  std::shared_ptr<cuda::Driver> driver;  // shared: a driver call that never returns keeps it alive past ours
-  cuda::GpuMap gpu_map;
-  std::optional<control::ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
-  control::PendingPreload preload;
+  std::optional<GpuRestore> gpu;        // a GPU snapshot's plan, preload and chunk lock (not a standby's)
   ns::SpawnedReaper reaper;
   bool into_container = false;
   std::vector<control::ShimProcess> held_shims;  // gpushare: loaded, their work held until the tree goes
@@ -102,7 +146,6 @@ struct RestoreRun {
   // the future's destructor waits for them.
   ~RestoreRun() { criu_done = true; }
 
-  std::set<std::string> Arriving() const { return pull ? pull->arriving() : std::set<std::string>(); }
 
   // The tasks CRIU left stopped go on (gpu_steps.h).
   Status LetGo(const std::vector<pid_t>& gpu_pids) const { return LetTreeGo(reaper.reaper_pid, gpu_pids, held_shims); }
@@ -125,47 +168,12 @@ struct RestoreRun {
 
 Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases, RestoreRun& run, UndoStack& undo) {
   RestoreResult result;
-
-  // 0. Pull what the store lacks: the files now, the chunks beside what follows.
-  std::string store_root = options.store.empty() ? DefaultStore() : options.store;
-  if (registry::LooksLikeReference(options.id)) {
-    if (auto ref = registry::ParseReference(options.id); !ref.ok())
-      return Status::Error(Code::kInvalidArgument, "invalid snapshot id `{}` (an id holds no `/`), nor a registry "
-                           "reference: {}", options.id, ref.status().message());
-    auto t = std::chrono::steady_clock::now();
-    GPUSNAP_ASSIGN_OR_RETURN(run.pull, registry::StagedPull::Begin({.store = store_root,
-                                                                   .reference = options.id,
-                                                                   .as_id = "",
-                                                                   .access = options.registry,
-                                                                   .progress = options.progress}));
-    phases.timings()["pull-files"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  }
+  const RestoreSource& source = *run.source;
+  const Store& store = *source.store;
+  const SnapshotMeta& meta = source.meta;
 
   // 1. Verify.
   phases.Start("verify");
-  GPUSNAP_ASSIGN_OR_RETURN(run.store, Store::Open(store_root, false));
-  const Store& store = *run.store;
-  if (run.pull) {
-    run.meta = run.pull->meta();
-    run.dir = run.pull->dir();
-  } else {
-    GPUSNAP_ASSIGN_OR_RETURN(run.meta, store.Load(options.id));
-    run.dir = store.SnapshotDir(run.meta.id);
-  }
-  const SnapshotMeta& meta = run.meta;
-  if (!meta.capture_path.has_process()) {
-    // A rootfs capture restores by its own story (rootfs_restore.cc); one from
-    // a registry joins the store whole first (it has no chunks to stream
-    // beside CRIU).
-    if (!run.pull) return RestoreRootfs(options, "");
-    GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, run.pull->Publish());
-    RestoreOptions by_id = options;
-    by_id.id = meta.id;
-    by_id.store = store_root;
-    GPUSNAP_ASSIGN_OR_RETURN(RestoreResult rootfs, RestoreRootfs(by_id, ""));
-    rootfs.timings_s["pull"] = pulled.seconds;
-    return rootfs;
-  }
   // A GPU tree's digests are checked while CRIU restores it, every task left
   // stopped, and nothing of it runs before they all match; any other tree's
   // before CRIU starts.
@@ -173,55 +181,37 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   if (verify_alongside) {
     // CRIU sets the pace: it reads the images once from disk, in its order,
     // on cores of its own, and the digests follow it through the page cache.
-    run.digests = Beside([&store, &meta, &run] {
-      return store.Verify(meta, run.dir, {.spare_cores = 2, .reader_done = [&run] { return run.criu_done.load(); }});
+    run.digests = Beside([&store, &meta, &source, &run] {
+      return store.Verify(meta, source.dir,
+                          {.spare_cores = 2, .reader_done = [&run] { return run.criu_done.load(); }});
     });
   } else {
-    GPUSNAP_RETURN_IF_ERROR(store.Verify(meta, run.dir).Wrap("refusing to restore"));
+    GPUSNAP_RETURN_IF_ERROR(store.Verify(meta, source.dir).Wrap("refusing to restore"));
   }
-  std::string name = options.name.empty() ? meta.source.name : options.name;
-  if (name.empty()) name = "restored-" + std::to_string(meta.source.host_pid);
+  std::string name = RestoredWorkloadName(meta, options.name);
   // Held until the record is written: a restore or run racing for the name is refused before it starts anything.
   GPUSNAP_ASSIGN_OR_RETURN(NameClaim name_claim, ClaimWorkloadName(name));
   GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
   GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, meta.tcp_established));
-  std::string gpu_dir = run.dir + "/" + SnapshotFiles::kGpuDir;  // gpushare manifests
   if (options.standby) {
     // Everything but the GPU: its GPUs are chosen, and its device memory made, at the wake (wake.cc).
     if (!meta.gpu)
       return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no GPU state: a standby would have nothing to "
                            "wake onto; restore it without --standby", meta.id);
-    if (!options.into_container.empty())
-      return Status::Error(Code::kNotSupported, "--standby restores into a fresh namespace only, not into a container");
-    if (!options.gpu_map.empty() || !options.gpus.empty())
-      return Status::Error(Code::kInvalidArgument, "a standby's GPUs are chosen when it is woken: give --gpu-map or "
-                           "--gpus to `gpusnap wake`, not with --standby");
     if (meta.gpu->gpushare)
-      GPUSNAP_RETURN_IF_ERROR(
-          control::CheckManifests(store.root(), gpu_dir, meta.gpu->ns_pids, run.Arriving()).Wrap("refusing to restore"));
+      GPUSNAP_RETURN_IF_ERROR(control::CheckManifests(store.root(), source.dir + "/" + SnapshotFiles::kGpuDir,
+                                                      meta.gpu->ns_pids, source.Arriving())
+                                  .Wrap("refusing to restore"));
   } else if (meta.gpu) {
-    GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
-    run.driver = std::make_shared<cuda::Driver>(std::move(loaded));
-    GPUSNAP_ASSIGN_OR_RETURN(auto here, cuda::ListGpus(*run.driver));
-    GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
-    GPUSNAP_ASSIGN_OR_RETURN(run.gpu_map, gpu::PlanGpuMap(*meta.gpu, here, options.gpu_map, options.gpus));
-    GPUSNAP_RETURN_IF_ERROR(
-        gpu::CheckCompatible(*meta.gpu, here, kernel_driver, run.gpu_map).Wrap("refusing to restore"));
-    if (meta.gpu->gpushare) {
-      GPUSNAP_ASSIGN_OR_RETURN(run.chunk_lock,
-                               control::ChunkStoreLock::Acquire(store.root(), control::ChunkStoreLock::Mode::kShared,
-                                                                control::kChunkWriterWaitMs));
-      GPUSNAP_RETURN_IF_ERROR(
-          control::CheckManifests(store.root(), gpu_dir, meta.gpu->ns_pids, run.Arriving()).Wrap("refusing to restore"));
-      run.preload = control::StartPreload(run.driver->path(), store.root(), gpu_dir, meta.gpu->ns_pids,
-                                          [map = run.gpu_map, here](const cuda::Uuid& uuid) {
-                                            return cuda::OrdinalAfterMap(uuid, map, here);
-                                          },
-                                          run.Arriving().empty() ? std::chrono::milliseconds(0)
-                                                                 : std::chrono::seconds(options.timeout_s),
-                                          [pull = run.pull.get()] { return pull ? pull->ChunkFailure() : Status::Ok(); });
-    }
-  } else if (!options.gpu_map.empty() || !options.gpus.empty()) {
+    GPUSNAP_ASSIGN_OR_RETURN(run.gpu, PlanGpuRestore(meta, store.root(), source.dir, options.gpus, source.Arriving(),
+                                                     "restore"));
+    if (meta.gpu->gpushare)
+      StartGpusharePreload(*run.gpu, meta,
+                           source.Arriving().empty() ? std::chrono::milliseconds(0)
+                                                     : std::chrono::seconds(options.timeout_s),
+                           [pull = source.pull.get()] { return pull ? pull->ChunkFailure() : Status::Ok(); },
+                           control::kPreloadThreadsBesideCriu);
+  } else if (!options.gpus.empty()) {
     return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no GPU state; --gpu-map and --gpus do not apply",
                          meta.id);
   }
@@ -258,7 +248,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     GPUSNAP_ASSIGN_OR_RETURN(huge_pages, HugePagesWindow::Open(ThpFile(), RunDir() + "/thp"));
     PauseIfRequested("huge-pages");
   }
-  std::string images = run.dir + "/" + SnapshotFiles::kCheckpointDir;
+  std::string images = source.dir + "/" + SnapshotFiles::kCheckpointDir;
   std::string logs = RunDir() + "/logs";
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(logs));
   if (options.lazy_pages) {
@@ -336,23 +326,18 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   phases.Done();
 
   // 4. GPU (a standby: at its wake, wake.cc).
-  if (run.driver) {
-    GpuStep step{.driver = run.driver,
+  if (run.gpu) {
+    GpuStep step{.gpu = &*run.gpu,
                  .meta = &meta,
                  .gpu_pids = gpu_pids,
-                 .gpu_map = run.gpu_map,
-                 .chunk_store = store.root(),
-                 .gpu_dir = gpu_dir,
                  .timeout = std::chrono::seconds(options.timeout_s),
-                 .preload = &run.preload,
-                 .chunk_lock = &run.chunk_lock,
                  .before_load = nullptr,
                  .progress = options.progress,
                  .failed = fmt::format("restore of `{}` failed", meta.id)};
-    if (run.pull) {  // the shims read what was not preloaded from the store: it must all be there
-      step.before_load = [&run, &phases] {
+    if (source.pull) {  // the shims read what was not preloaded from the store: it must all be there
+      step.before_load = [&source, &phases] {
         auto t = std::chrono::steady_clock::now();
-        Status arrived = run.pull->WaitForChunks();
+        Status arrived = source.pull->WaitForChunks();
         phases.timings()["pull-chunks-wait"] =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
         return arrived;
@@ -366,11 +351,11 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   GPUSNAP_ASSIGN_OR_RETURN(auto stat, proc::ReadStat(host_pid));
   PauseIfRequested("record");
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("record"));
-  if (run.pull) {  // the snapshot joins the store: nothing reads the staging any more
+  if (source.pull) {  // the snapshot joins the store: nothing reads the staging any more
     // A standby's wake reads its chunks from the store: all of them, first.
-    if (options.standby) GPUSNAP_RETURN_IF_ERROR(run.pull->WaitForChunks());
-    GPUSNAP_ASSIGN_OR_RETURN(TransferResult pulled, run.pull->Publish());
-    phases.timings()["pull"] = pulled.seconds;
+    if (options.standby) GPUSNAP_RETURN_IF_ERROR(source.pull->WaitForChunks());
+    GPUSNAP_ASSIGN_OR_RETURN(result.pulled, source.pull->Publish());
+    phases.timings()["pull"] = result.pulled->seconds;
   }
   if (run.lazy) GPUSNAP_RETURN_IF_ERROR(run.lazy->Commit().Wrap(fmt::format("restore of `{}` failed", meta.id)));
   GPUSNAP_RETURN_IF_ERROR(ns::CommitHold(run.reaper));
@@ -401,18 +386,57 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
 
 }  // namespace
 
-Result<RestoreResult> Restore(const RestoreOptions& options) {
+std::string RestoredWorkloadName(const SnapshotMeta& meta, const std::string& asked) {
+  if (!asked.empty()) return asked;
+  if (!meta.source.name.empty()) return meta.source.name;
+  return "restored-" + std::to_string(meta.source.host_pid);
+}
+
+Status CheckRestoreOptions(const RestoreOptions& options) {
+  if (options.source.id.empty() && !options.source.from_registry())
+    return Status::Error(Code::kInvalidArgument, "no snapshot id or registry reference to restore");
+  if (options.standby && !options.into_container.empty())
+    return Status::Error(Code::kNotSupported, "--standby restores into a fresh namespace only, not into a container");
+  if (options.standby && !options.gpus.empty())
+    return Status::Error(Code::kInvalidArgument, "a standby's GPUs are chosen when it is woken: give --gpu-map or "
+                         "--gpus to `gpusnap wake`, not with --standby");
+  return Status::Ok();
+}
+
+Result<RestoreResult> Restore(const RestoreOptions& given) {
+  // 1. The options: refused before anything is read or fetched.
+  GPUSNAP_RETURN_IF_ERROR(CheckRestoreOptions(given));
+  RestoreOptions options = given;
+  if (options.store.empty()) options.store = DefaultStore();
   Phases phases(options.progress);
+
+  // 2. The source.
+  GPUSNAP_ASSIGN_OR_RETURN(RestoreSource source, OpenSource(options, phases));
+  if (options.on_source_opened) GPUSNAP_RETURN_IF_ERROR(options.on_source_opened(source.meta));
+  const CapturePathRecord& captured = source.meta.capture_path;
+
+  // 3. By the capture path. A rootfs capture from a registry joins the store
+  // whole first (it has no chunks to stream beside CRIU).
+  if (!captured.has_process()) {
+    std::optional<TransferResult> pulled;
+    if (source.pull) {
+      GPUSNAP_ASSIGN_OR_RETURN(pulled, source.pull->Publish());
+    }
+    GPUSNAP_ASSIGN_OR_RETURN(RestoreResult rootfs, RestoreRootfs(options, *source.store, source.meta, ""));
+    if (pulled) rootfs.timings_s["pull"] = pulled->seconds;
+    rootfs.pulled = std::move(pulled);
+    return rootfs;
+  }
   RestoreRun run;  // before the undo, whose steps refer to it
+  run.source = &source;
   auto restored = WithUndo([&](UndoStack& undo) { return TakeRestore(options, phases, run, undo); });
   // A `both` snapshot of the store whose process part cannot run on this
   // node: its rootfs part, into the placeholder the undo left idle.
-  const CapturePathRecord& captured = run.meta.capture_path;
-  if (restored.ok() || !captured.has_rootfs() || !captured.has_process() || options.into_container.empty() ||
-      registry::LooksLikeReference(options.id) || restored.status().code() == Code::kCorruption)
+  if (restored.ok() || !captured.has_rootfs() || options.into_container.empty() || source.pull ||
+      restored.status().code() == Code::kCorruption)
     return restored;
   std::string why = fmt::format("the process restore cannot run here: {}", restored.status().message());
-  auto rootfs = RestoreRootfs(options, why);
+  auto rootfs = RestoreRootfs(options, *source.store, source.meta, why);
   if (!rootfs.ok())
     return rootfs.status().Wrap(fmt::format("{}; the rootfs path then failed too", why));
   return rootfs;

@@ -73,16 +73,14 @@ Result<UniqueFd> OpenOrMakeContainerDir(int root_fd, const std::string& path) {
   return dir;
 }
 
-Result<RestoreResult> TakeRootfsRestore(const RestoreOptions& options, const std::string& fallback_reason,
-                                        Phases& phases) {
+Result<RestoreResult> TakeRootfsRestore(const RestoreOptions& options, const Store& store, const SnapshotMeta& meta,
+                                        const std::string& fallback_reason, Phases& phases) {
   RestoreResult result;
   result.restore_path = "rootfs";
   result.fallback_reason = fallback_reason;
 
   // 1. Verify.
   phases.Start("verify");
-  GPUSNAP_ASSIGN_OR_RETURN(Store store, Store::Open(options.store.empty() ? DefaultStore() : options.store, false));
-  GPUSNAP_ASSIGN_OR_RETURN(SnapshotMeta meta, store.Load(options.id));
   if (!meta.rootfs)
     return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no rootfs capture (its capture path is {})",
                          meta.id, meta.capture_path.path);
@@ -91,15 +89,14 @@ Result<RestoreResult> TakeRootfsRestore(const RestoreOptions& options, const std
                          "snapshot `{}` is a rootfs capture: it restores into a placeholder container of image `{}` "
                          "(--into-container ID), where its command starts",
                          meta.id, meta.rootfs->image);
-  if (options.standby || !options.gpu_map.empty() || !options.gpus.empty() || options.lazy_pages)
+  if (options.standby || !options.gpus.empty() || options.lazy_pages)
     return Status::Error(Code::kInvalidArgument,
                          "snapshot `{}` is restored by its rootfs capture, a cold start: --standby, --gpu-map, --gpus "
                          "and --lazy-pages do not apply",
                          meta.id);
   std::string dir = store.SnapshotDir(meta.id);
   GPUSNAP_RETURN_IF_ERROR(store.Verify(meta, dir).Wrap("refusing to restore"));
-  std::string name = options.name.empty() ? meta.source.name : options.name;
-  if (name.empty()) name = "restored-" + std::to_string(meta.source.host_pid);
+  std::string name = RestoredWorkloadName(meta, options.name);
   GPUSNAP_ASSIGN_OR_RETURN(NameClaim name_claim, ClaimWorkloadName(name));
   phases.Done(meta.total_bytes);
 
@@ -194,9 +191,10 @@ Result<RestoreResult> TakeRootfsRestore(const RestoreOptions& options, const std
 
 }  // namespace
 
-Result<RestoreResult> RestoreRootfs(const RestoreOptions& options, const std::string& fallback_reason) {
+Result<RestoreResult> RestoreRootfs(const RestoreOptions& options, const Store& store, const SnapshotMeta& meta,
+                                    const std::string& fallback_reason) {
   Phases phases(options.progress);
-  return TakeRootfsRestore(options, fallback_reason, phases);
+  return TakeRootfsRestore(options, store, meta, fallback_reason, phases);
 }
 
 }  // namespace gpusnap

@@ -6,11 +6,14 @@
 #include <string>
 
 #include "gpusnap/operations.h"
+#include "store/store.h"
 
 namespace gpusnap {
 
+// `meta`: the snapshot's, read from `store` (where it is published).
 // `fallback_reason`: why a `both` snapshot is not restored as a process
 // (empty for a rootfs snapshot); it is the result's.
-Result<RestoreResult> RestoreRootfs(const RestoreOptions& options, const std::string& fallback_reason);
+Result<RestoreResult> RestoreRootfs(const RestoreOptions& options, const Store& store, const SnapshotMeta& meta,
+                                    const std::string& fallback_reason);
 
 }  // namespace gpusnap

@@ -52,6 +52,7 @@ Result<Target> FromPid(pid_t pid, std::string name) {
     GPUSNAP_ASSIGN_OR_RETURN(t.ns_holder, NamespaceInit(pid));
   }
   t.tree = proc::Tree(pid);
+  t.parent = st.ppid;
   t.cmdline = proc::Cmdline(pid);
   // A session led from outside the tree (a shell's job) needs CRIU's shell-job mode.
   t.shell_job = st.session != pid && std::find(t.tree.begin(), t.tree.end(), st.session) == t.tree.end();
@@ -59,6 +60,11 @@ Result<Target> FromPid(pid_t pid, std::string name) {
 }
 
 }  // namespace
+
+pid_t InitToHoldDuringDump(const Target& target, bool leave_running) {
+  if (leave_running || target.workload || target.ns_holder <= 1 || target.ns_holder != target.parent) return 0;
+  return target.ns_holder;
+}
 
 Result<Target> ResolveTarget(const std::string& name_or_pid) {
   if (name_or_pid.empty()) return Status::Error(Code::kInvalidArgument, "no workload name or pid given");
@@ -77,6 +83,7 @@ Result<Target> ResolveTarget(const std::string& name_or_pid) {
   GPUSNAP_ASSIGN_OR_RETURN(auto w, FindWorkload(name_or_pid));
   if (!w.running) return Status::Error(Code::kNotFound, "workload `{}` (pid {}) is not running", w.name, w.pid);
   GPUSNAP_ASSIGN_OR_RETURN(auto t, FromPid(w.pid, w.name));
+  t.workload = true;
   t.cmdline = w.cmdline;
   t.log = w.log;
   t.started = w.started;

@@ -22,7 +22,17 @@ struct Target {
   std::string log;
   std::string started;
   bool shell_job = false;       // the root's session leader is outside the tree
+  pid_t parent = 0;             // the root's parent, as the host sees it
+  bool workload = false;        // a workload gpusnap started or restored (under its own reaper)
 };
+
+// Pure: the process a checkpoint holds stopped while CRIU dumps `target`, or
+// 0 for none. When the dump ends by killing the tree, a container's init
+// that exits with its last child (sh, tini) would take the namespace, and
+// CRIU in it, down before CRIU answers: such an init (the parent of the root
+// and the init of its namespace, not a gpusnap reaper, which outlives its
+// tree) is held until the dump is over. None with --leave-running.
+pid_t InitToHoldDuringDump(const Target& target, bool leave_running);
 
 // kNotFound: no such workload or pid (or it has exited).
 // kFailedPrecondition: the pid is a namespace's init (the reaper), or gpusnap itself.

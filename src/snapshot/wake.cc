@@ -57,11 +57,8 @@ struct WakeRun {
   Workload standby;
   std::optional<Store> store;
   SnapshotMeta meta;
-  std::shared_ptr<cuda::Driver> driver;  // shared: a driver call that never returns keeps it alive past ours
-  std::optional<cuda::PrimaryContexts> contexts;  // the target GPUs', kept made for the preload; after `driver`
-  cuda::GpuMap gpu_map;
-  std::optional<control::ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
-  control::PendingPreload preload;
+  std::optional<GpuRestore> gpu;  // planned: the driver, the map, the chunk lock, the preload
+  std::optional<cuda::PrimaryContexts> contexts;  // the target GPUs', kept made for the preload; after `gpu`
   bool touched = false;  // the GPU step began: a failure from here ends the standby
 
   // The standby's tree and its record go: its reaper ends what its namespace holds.
@@ -100,30 +97,18 @@ Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun&
   run.meta = std::move(meta).value();
   const SnapshotMeta& m = run.meta;
   if (!m.gpu) return Status::Error(Code::kInternal, "standby `{}`: snapshot `{}` holds no GPU state", w.name, m.id);
-  std::string gpu_dir = run.store->SnapshotDir(m.id) + "/" + SnapshotFiles::kGpuDir;
-  if (m.gpu->gpushare) {
-    auto lock = control::ChunkStoreLock::Acquire(store_root, control::ChunkStoreLock::Mode::kShared,
-                                                 control::kChunkWriterWaitMs);
-    if (!lock.ok()) return refused(lock.status());
-    run.chunk_lock = std::move(lock).value();
-    GPUSNAP_RETURN_IF_ERROR(refused(control::CheckManifests(store_root, gpu_dir, m.gpu->ns_pids)));
-  }
-  GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
-  run.driver = std::make_shared<cuda::Driver>(std::move(loaded));
-  GPUSNAP_ASSIGN_OR_RETURN(auto here, cuda::ListGpus(*run.driver));
-  GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
-  auto map = gpu::PlanGpuMap(*m.gpu, here, options.gpu_map, options.gpus);
-  if (!map.ok()) return refused(map.status());
-  run.gpu_map = std::move(map).value();
-  GPUSNAP_RETURN_IF_ERROR(refused(gpu::CheckCompatible(*m.gpu, here, kernel_driver, run.gpu_map)));
+  auto planned = PlanGpuRestore(m, store_root, run.store->SnapshotDir(m.id), options.gpus, {},
+                                fmt::format("wake `{}`", w.name));
+  if (!planned.ok()) return planned.status();
+  run.gpu = std::move(planned).value();
   if (m.gpu->gpushare) {
     // The device memory the shims will make, per GPU it goes to, against what is free there.
-    auto by_uuid = control::DeviceBytesByGpu(gpu_dir, m.gpu->ns_pids);
+    auto by_uuid = control::DeviceBytesByGpu(run.gpu->gpu_dir, m.gpu->ns_pids);
     if (!by_uuid.ok()) return refused(by_uuid.status());
     std::map<int, uint64_t> need, free_bytes;
     for (const auto& [uuid, bytes] : *by_uuid)
-      if (std::optional<int> ordinal = cuda::OrdinalAfterMap(uuid, run.gpu_map, here)) need[*ordinal] += bytes;
-    run.contexts.emplace(*run.driver);
+      if (std::optional<int> ordinal = run.gpu->OrdinalOf(uuid)) need[*ordinal] += bytes;
+    run.contexts.emplace(*run.gpu->driver);
     for (const auto& [ordinal, bytes] : need) {
       auto free_now = run.contexts->FreeBytes(ordinal);
       if (!free_now.ok()) return refused(free_now.status());
@@ -145,21 +130,12 @@ Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun&
   run.touched = true;
   undo.Push(fmt::format("tearing down the standby `{}`", w.name), [&run] { return run.TearDown(); });
   if (m.gpu->gpushare)
-    run.preload = control::StartPreload(run.driver->path(), store_root, gpu_dir, m.gpu->ns_pids,
-                                        [map = run.gpu_map, here](const cuda::Uuid& uuid) {
-                                          return cuda::OrdinalAfterMap(uuid, map, here);
-                                        },
-                                        std::chrono::milliseconds(0), {},
-                                        std::max(control::kPreloadThreadsBesideCriu, std::thread::hardware_concurrency()));
-  GpuStep step{.driver = run.driver,
+    StartGpusharePreload(*run.gpu, m, std::chrono::milliseconds(0), {},
+                         std::max(control::kPreloadThreadsBesideCriu, std::thread::hardware_concurrency()));
+  GpuStep step{.gpu = &*run.gpu,
                .meta = &m,
                .gpu_pids = gpu_pids,
-               .gpu_map = run.gpu_map,
-               .chunk_store = store_root,
-               .gpu_dir = gpu_dir,
                .timeout = std::chrono::seconds(options.timeout_s),
-               .preload = &run.preload,
-               .chunk_lock = &run.chunk_lock,
                .before_load = nullptr,
                .progress = options.progress,
                .failed = fmt::format("wake of `{}` failed", w.name)};

@@ -19,9 +19,7 @@ std::string ClaimPath(const std::string& name) { return RunDir() + "/workloads/"
 }  // namespace
 
 Result<NameClaim> ClaimWorkloadName(const std::string& name) {
-  if (!IsValidWorkloadName(name))
-    return Status::Error(Code::kInvalidArgument,
-                         "invalid workload name `{}`: use 1-40 letters, digits, '.', '_' or '-'", name);
+  GPUSNAP_RETURN_IF_ERROR(CheckWorkloadName(name));
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(RunDir() + "/workloads"));
   std::string path = ClaimPath(name);
   auto lock = LockFile::TryAcquire(path);

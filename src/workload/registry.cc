@@ -42,6 +42,12 @@ bool IsValidWorkloadName(std::string_view name) {
   return true;
 }
 
+Status CheckWorkloadName(std::string_view name) {
+  if (IsValidWorkloadName(name)) return Status::Ok();
+  return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`: use 1-40 letters, digits, '.', '_' or "
+                       "'-', not starting with '.' or '-'", name);
+}
+
 static Result<Workload> ReadRecord(const std::string& path) {
   GPUSNAP_ASSIGN_OR_RETURN(auto text, ReadFile(path));
   json j = json::parse(text, nullptr, false);
@@ -98,14 +104,14 @@ Status UpdateWorkload(const Workload& w) {
 }
 
 Status RemoveWorkloadRecord(const std::string& name) {
-  if (!IsValidWorkloadName(name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", name);
+  GPUSNAP_RETURN_IF_ERROR(CheckWorkloadName(name));
   std::string path = RecordPath(name);
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) return Status::Errno(errno, "removing `{}`", path);
   return Status::Ok();
 }
 
 Result<LockFile> ClaimWake(const std::string& name) {
-  if (!IsValidWorkloadName(name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", name);
+  GPUSNAP_RETURN_IF_ERROR(CheckWorkloadName(name));
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(RunDir() + "/workloads"));
   std::string path = RunDir() + "/workloads/" + name + ".wake";
   auto lock = LockFile::TryAcquire(path);
@@ -155,7 +161,7 @@ Result<std::vector<Workload>> ListWorkloads() {
 }
 
 Result<Workload> FindWorkload(const std::string& name) {
-  if (!IsValidWorkloadName(name)) return Status::Error(Code::kInvalidArgument, "invalid workload name `{}`", name);
+  GPUSNAP_RETURN_IF_ERROR(CheckWorkloadName(name));
   auto w = ReadRecord(RecordPath(name));
   if (!w.ok()) return Status::Error(Code::kNotFound, "no workload named `{}` (see `gpusnap ps`)", name);
   return w;
@@ -182,9 +188,7 @@ Result<std::string> GpushareShimPath() {
 }
 
 Result<Workload> RunWorkload(const RunOptions& options) {
-  if (!IsValidWorkloadName(options.name))
-    return Status::Error(Code::kInvalidArgument,
-                         "invalid workload name `{}`: use 1-40 letters, digits, '.', '_' or '-'", options.name);
+  GPUSNAP_RETURN_IF_ERROR(CheckWorkloadName(options.name));
   if (options.argv.empty()) return Status::Error(Code::kInvalidArgument, "no command to run");
   GPUSNAP_ASSIGN_OR_RETURN(auto claim, ClaimWorkloadName(options.name));
   PauseIfRequested("name-claimed");

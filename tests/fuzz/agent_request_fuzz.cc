@@ -53,12 +53,17 @@ void CheckRestore(std::string_view body) {
   }
   const auto& req = std::get<RestoreRequest>(r);
   // A snapshot id (no path in it), or a registry reference the grammar takes (no `..`, no empty component).
-  if (!req.reference.empty()) {
-    Require(req.snapshot.empty() && ParseRegistryReference(req.reference).ok() &&
-            req.reference.find("/../") == std::string::npos && req.reference.find("//") == std::string::npos);
+  if (req.source.from_registry()) {
+    std::string reference = req.source.ToString();
+    Require(req.source.id.empty() && ParseRegistryReference(reference).ok() &&
+            reference.find("/../") == std::string::npos && reference.find("//") == std::string::npos);
   } else {
-    Require(IsValidSnapshotId(req.snapshot) && NoPathSeparators(req.snapshot));
+    Require(IsValidSnapshotId(req.source.id) && NoPathSeparators(req.source.id));
   }
+  // What the client would send for it, the server reads back as the same request.
+  auto again = ParseRestoreRequest(RestoreRequestBody(req));
+  Require(std::holds_alternative<RestoreRequest>(again) && std::get<RestoreRequest>(again).source == req.source &&
+          std::get<RestoreRequest>(again).gpus.ToString() == req.gpus.ToString());
   Require(req.target_container.empty() || IsValidContainerId(req.target_container));
   Require(req.name.empty() || NoPathSeparators(req.name));
 }
