@@ -302,6 +302,7 @@ def markdown_table(results):
         row(f"push to the registry ({fmt_bytes(p.get('bytes_total'))}, {p.get('blobs')} blobs)", p.get("wall_s"),
             speed=False)
     for key, label in (("restore_ref", "restore from the registry reference, empty store"),
+                       ("restore_ref_agent", "restore from the registry reference through the agent, empty store"),
                        ("pull_then_restore", "pull, then restore, empty store")):
         r = reg.get(key)
         if not r:
@@ -337,6 +338,7 @@ def assemble(files):
         res["restore_dropped_caches"] = files["restore-dropped"]
     if "registry-push" in files:
         res["registry"] = {"push": files["registry-push"], "restore_ref": files.get("registry-ref"),
+                           "restore_ref_agent": files.get("registry-agent"),
                            "pull": files.get("registry-pull"), "pull_then_restore": files.get("registry-pull-restore")}
     if "cold-repeat" in files:
         res["cold_repeat"] = files["cold-repeat"]

@@ -242,6 +242,7 @@ stop_workloads() {  # stop every running workload (by its reaper) and wait for i
 error=""
 finished=0
 registry_pid=""
+agent_pid=""
 thp_host=""
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
@@ -251,7 +252,8 @@ cleanup() {
   stop_workloads
   [ -z "$thp_host" ] || echo "$thp_host" >"$THP_FILE" 2>/dev/null
   if [ -n "$registry_pid" ]; then kill -TERM "$registry_pid" 2>/dev/null; wait "$registry_pid" 2>/dev/null; fi
-  rm -rf "$work_dir/store-ref" "$work_dir/store-pull"
+  if [ -n "$agent_pid" ]; then kill -TERM "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null; fi
+  rm -rf "$work_dir/store-ref" "$work_dir/store-pull" "$work_dir/store-agent"
   [ -z "$registry_dir" ] || rm -rf "$registry_dir/gpusnap-bench-registry"
   # A checkpoint that finished after the signal came has not been recorded yet.
   last=$("$PY" "$LIB" get "$results/ckpt.raw" id 2>/dev/null)
@@ -478,6 +480,18 @@ if [ "$use_registry" = 1 ]; then
   prev=$before  # both restore the state the last checkpoint took
   registry_restore registry-ref "restore from the reference" \
     env GPUSNAP_STORE="$work_dir/store-ref" "$gpusnap" --json restore "$ref" --plain-http
+  # The same through a node agent, the path Kubernetes takes: one restore
+  # story, the chunks arriving as it restores (the job's phases say so).
+  rm -rf "$work_dir/store-agent" "$work_dir/agent.sock"
+  GPUSNAP_STORE="$work_dir/store-agent" "$gpusnap" agent --socket "$work_dir/agent.sock" --plain-http \
+    >"$logs/agent.log" 2>&1 &
+  agent_pid=$!
+  for _ in $(seq 1 300); do [ -S "$work_dir/agent.sock" ] && break; alive "$agent_pid" || break; sleep 0.1; done
+  [ -S "$work_dir/agent.sock" ] || { cat "$logs/agent.log" >&2; fail "the agent did not start"; }
+  registry_restore registry-agent "restore from the reference through the agent" \
+    "$gpusnap" --json restore "$ref" --agent "$work_dir/agent.sock"
+  kill -TERM "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null; agent_pid=""
+  rm -rf "$work_dir/store-agent"
   registry_restore registry-pull-restore "pull-then-restore" \
     sh -c 'GPUSNAP_STORE="$1" "$2" --json pull "$3" --plain-http >"$4" && GPUSNAP_STORE="$1" exec "$2" --json restore "$5"' \
     sh "$work_dir/store-pull" "$gpusnap" "$ref" "$results/registry-pull.json" "$snap"

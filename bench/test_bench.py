@@ -642,6 +642,10 @@ class UnderGpusnap(unittest.TestCase):
             self.assertNotIn("restore_dropped_caches", res)
             if registry:  # through a registry into empty stores, each answer checked against the cold start's
                 self.assertEqual(res["registry"]["restore_ref"]["answer"]["served"], 3)
+                # And through a node agent, its job pulling as it restores.
+                agent = res["registry"]["restore_ref_agent"]
+                self.assertEqual(agent["answer"]["served"], 3)
+                self.assertIn("pull-files", agent["cmd_output"]["timings_s"])
                 self.assertEqual(res["registry"]["pull_then_restore"]["answer"]["served"], 3)
                 self.assertIn("| restore from the registry reference, empty store → first token |", r.stdout)
             # Nothing left behind: no workload running, no snapshot.

@@ -18,6 +18,7 @@
 #include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
 #include "gpusnap/workload.h"
+#include "snapshot/target.h"
 #include "store/snapshot_ref.h"
 
 namespace gpusnap {
@@ -25,7 +26,7 @@ namespace gpusnap {
 std::string DefaultStore();  // $GPUSNAP_STORE or /var/lib/gpusnap
 
 struct CheckpointOptions {
-  std::string target;           // a workload name or a pid
+  TargetSpec target;            // a workload, a pid, a container or a pod's container (ParseTargetArgument)
   std::string store;            // default DefaultStore()
   std::string id;               // default: generated from the name
   bool leave_running = false;   // keep the source running after the dump

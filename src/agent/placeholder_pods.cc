@@ -141,11 +141,12 @@ json RecordPatch(const RestoreRecord& record, std::string_view resource_version)
 std::string RestoreProgress(const Job& job) {
   if (!job.transfer) return "";
   const JobTransfer& t = *job.transfer;
-  if (!t.done) return t.progress.empty() ? fmt::format("pulling {}", t.reference) : t.progress;
-  std::string pulled = t.already_present
-                           ? fmt::format("{} ({}) was in the node's store", t.reference, t.digest)
-                           : fmt::format("pulled {} ({}): {} of {} blobs, {}", t.reference, t.digest, t.blobs_moved,
-                                         t.blobs, HumanBytes(t.bytes_moved));
+  // The restore goes on while the chunks arrive: both are told.
+  std::string pulled = !t.done            ? (t.progress.empty() ? fmt::format("pulling {}", t.reference) : t.progress)
+                       : t.already_present ? fmt::format("{} ({}) was in the node's store", t.reference, t.digest)
+                                           : fmt::format("pulled {} ({}): {} of {} blobs, {}", t.reference, t.digest,
+                                                         t.blobs_moved, t.blobs, HumanBytes(t.bytes_moved));
+  if (job.phase.empty()) return pulled;
   return fmt::format("{}; restoring, {} done", pulled, job.phase);
 }
 

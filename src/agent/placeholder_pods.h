@@ -100,8 +100,9 @@ struct RestoreRecord {
 nlohmann::json RecordPatch(const RestoreRecord& record, std::string_view resource_version = "");
 
 // How far a running restore job is, for gpusnap.io/restore-progress: its
-// pull's last line while it pulls, then what the pull did and the job's last
-// phase. Empty for a job that pulls nothing (a snapshot of the store).
+// pull's last line while it pulls (what the pull did once it is done), and
+// the job's last phase once the restore has begun (it goes on while the
+// chunks arrive). Empty for a job that pulls nothing (a snapshot of the store).
 std::string RestoreProgress(const Job& job);
 // A merge patch that sets gpusnap.io/restore-progress.
 nlohmann::json ProgressPatch(std::string_view progress);

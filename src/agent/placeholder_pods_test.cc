@@ -189,6 +189,9 @@ TEST(RestoreProgress, ThePullThenWhatItDid) {
   EXPECT_EQ(RestoreProgress(job), "pulling r.example/ml/x:v1");
   job.transfer->progress = "pull: 3 of 9 blobs moved";
   EXPECT_EQ(RestoreProgress(job), "pull: 3 of 9 blobs moved");
+  // The restore goes on beside the chunks' pull.
+  job.phase = "pull-files";
+  EXPECT_EQ(RestoreProgress(job), "pull: 3 of 9 blobs moved; restoring, pull-files done");
   job.transfer->done = true;
   job.transfer->digest = "sha256:ab";
   job.transfer->blobs = 9;

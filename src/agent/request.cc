@@ -502,6 +502,24 @@ std::variant<WakeRequest, ApiError> ParseWakeRequest(std::string_view name, std:
   return req;
 }
 
+std::string CheckpointRequestBody(const CheckpointRequest& request) {
+  Json body = {{"leaveRunning", request.leave_running}};
+  if (request.pod)
+    body["pod"] = {{"namespace", request.pod->namespace_name}, {"name", request.pod->name},
+                   {"container", request.pod->container}};
+  else if (!request.container.empty())
+    body["container"] = request.container;
+  else
+    body["pid"] = request.pid;
+  if (!request.snapshot_id.empty()) body["snapshotId"] = request.snapshot_id;
+  if (!request.push_to.empty()) body["pushTo"] = request.push_to;
+  if (!request.capture_path.empty()) body["capturePath"] = request.capture_path;
+  if (request.caches) body["caches"] = *request.caches;
+  if (request.exclude) body["exclude"] = *request.exclude;
+  if (!request.image.empty()) body["image"] = request.image;
+  return body.dump();
+}
+
 std::string RestoreRequestBody(const RestoreRequest& request) {
   Json body = {{"snapshot", request.source.ToString()}};
   if (!request.name.empty()) body["name"] = request.name;

@@ -81,6 +81,7 @@ struct WakeRequest {
 
 // The bodies the CLI sends for these requests: what the Parse functions below
 // read back as the same request (one codec for the agent's client and server).
+std::string CheckpointRequestBody(const CheckpointRequest& request);
 std::string RestoreRequestBody(const RestoreRequest& request);
 std::string WakeRequestBody(const WakeRequest& request);
 

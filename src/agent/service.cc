@@ -134,37 +134,26 @@ void Service::Recover() {
 }
 
 std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest& request) {
-  // Which tree, and under which lock key.
-  std::vector<container::NodeProcess> processes;
-  pid_t root = request.pid;
-  pid_t container_init = 0;
-  std::string container_id;
-  if (request.pod || !request.container.empty()) {
-    processes = container::ScanProcesses();
-    Result<std::string> id = request.pod ? container::ContainerIdOfPod(options_.kubelet_log_dir, *request.pod, processes)
-                                         : container::ExpandContainerId(processes, request.container);
-    if (!id.ok()) return Refused{FromStatus(id.status()), ""};
-    container_id = *id;
-    auto tree_root = container::ContainerTreeRoot(processes, container_id);
-    if (!tree_root.ok()) return Refused{FromStatus(tree_root.status()), ""};
-    root = *tree_root;
-    if (auto st = proc::ReadStat(root); st.ok()) container_init = st->ppid;
+  // Which tree: the agent's own refusals (the node's init, itself, the
+  // kernel's), then the resolution every front door shares.
+  TargetSpec spec;
+  if (request.pod) {
+    spec = TargetSpec::Pod(*request.pod);
+  } else if (!request.container.empty()) {
+    spec = TargetSpec::Container(request.container);
   } else {
-    if (root == 1) return Refuse(403, "pid 1 is the node's init: not a workload the agent may take");
-    if (root == ::getpid()) return Refuse(403, fmt::format("pid {} is this agent", root));
-    auto st = proc::ReadStat(root);
-    if (!st.ok() || st->state == 'Z') return Refuse(404, fmt::format("no process with pid {}", root));
+    spec = TargetSpec::Pid(request.pid);
+    if (request.pid == 1) return Refuse(403, "pid 1 is the node's init: not a workload the agent may take");
+    if (request.pid == ::getpid()) return Refuse(403, fmt::format("pid {} is this agent", request.pid));
+    auto st = proc::ReadStat(request.pid);
+    if (!st.ok() || st->state == 'Z') return Refuse(404, fmt::format("no process with pid {}", request.pid));
     if (st->ppid == 0 || st->ppid == 2)
-      return Refuse(403, fmt::format("pid {} is a kernel thread or the kernel's own: not a workload", root));
-    if (auto nspids = proc::NsPids(root); nspids.ok() && nspids->size() > 1 && nspids->back() == 1)
-      return Refuse(409, fmt::format("pid {} is the init of its pid namespace: checkpoint the tree under it, or "
-                                     "the container by its id",
-                                     root));
-    auto cg = ReadFile("/proc/" + std::to_string(root) + "/cgroup");
-    if (cg.ok()) container_id = container::ParseProcCgroup(*cg).container_id;
+      return Refuse(403, fmt::format("pid {} is a kernel thread or the kernel's own: not a workload", request.pid));
   }
-  auto root_stat = proc::ReadStat(root);
-  if (!root_stat.ok()) return Refuse(404, fmt::format("no process with pid {}", root));
+  auto target = ResolveTarget(spec, options_.kubelet_log_dir);
+  if (!target.ok()) return Refused{FromStatus(target.status()), ""};
+  pid_t root = target->host_pid;
+  std::string container_id = target->container_id;
 
   Job job;
   job.kind = "checkpoint";
@@ -173,18 +162,12 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   for (pid_t p : proc::Tree(root))
     if (auto st = proc::ReadStat(p); st.ok()) job.source.push_back({p, st->start_time});
   // The checkpoint holds a container's init stopped while CRIU dumps
-  // (snapshot/target.h, InitToHoldDuringDump): it is tracked, so a restarted
-  // agent lets it go.
-  TrackedProcess held_init;
-  if (container_init > 1 && !request.leave_running)
-    if (auto st = proc::ReadStat(container_init); st.ok()) {
-      held_init = {container_init, st->start_time};
-      job.source.push_back(held_init);
-    }
-  std::string prefix = container_id.empty() ? fmt::format("pid{}", root) : "ctr-" + container_id.substr(0, 12);
-  if (auto workloads = ListWorkloads(); workloads.ok())
-    for (const auto& w : *workloads)
-      if (w.running && w.pid == root) prefix = w.name;
+  // (snapshot/target.h): it is tracked, so a restarted agent lets it go.
+  if (pid_t init = InitToHoldDuringDump(*target, request.leave_running); init > 0)
+    if (auto st = proc::ReadStat(init); st.ok()) job.source.push_back({init, st->start_time});
+  std::string prefix = target->workload             ? target->name
+                       : container_id.empty()         ? fmt::format("pid{}", root)
+                                                      : "ctr-" + container_id.substr(0, 12);
   job.snapshot = request.snapshot_id.empty() ? NewSnapshotId(prefix) : request.snapshot_id;
   if (store_.Load(job.snapshot).ok())
     return Refuse(409, fmt::format("snapshot `{}` already exists", job.snapshot));
@@ -200,7 +183,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   job.capture_path = JobCapturePath{settings->capture_path, "", ""};
 
   CheckpointOptions o;
-  o.target = std::to_string(root);
+  o.target = TargetSpec::Pid(root);
   o.store = store_.root();
   o.id = job.snapshot;
   o.leave_running = request.leave_running;

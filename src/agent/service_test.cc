@@ -249,7 +249,8 @@ TEST_F(AgentServiceTest, ACheckpointTakesItsSettingsAndRecordsTheChosenPath) {
   EXPECT_EQ(seen.caches, std::vector<std::string>{"/root/.cache/huggingface"});
   EXPECT_EQ(seen.exclude, std::vector<std::string>{"/tmp"});
   EXPECT_EQ(seen.image, "vllm:0.6.3");
-  EXPECT_EQ(seen.target, std::to_string(child));
+  EXPECT_EQ(seen.target.kind, TargetSpec::Kind::kPid);
+  EXPECT_EQ(seen.target.pid, child);
   ASSERT_TRUE(job.capture_path.has_value());
   EXPECT_EQ(job.capture_path->requested, "auto");
   EXPECT_EQ(job.capture_path->path, "rootfs");

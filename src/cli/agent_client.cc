@@ -69,24 +69,26 @@ Result<agent::Route> RouteCommand(const Context& ctx, const CLI::App& sub, const
 
 Result<Checkpointed> CheckpointThroughAgent(const std::string& socket, const CheckpointOptions& o,
                                             ProgressDisplay& progress) {
-  Json body = {{"leaveRunning", o.leave_running}};
-  if (!o.id.empty()) body["snapshotId"] = o.id;
-  // Without --capture-path the agent chooses (the pod's annotation, else auto).
-  if (!o.capture_path.empty()) body["capturePath"] = o.capture_path;
-  if (!o.caches.empty()) body["caches"] = o.caches;
-  if (!o.exclude.empty()) body["exclude"] = o.exclude;
-  if (!o.image.empty()) body["image"] = o.image;
-  pid_t pid = 0;
-  if (auto w = FindWorkload(o.target); w.ok()) {
-    if (!w->running) return Status::Error(Code::kNotFound, "workload `{}` (pid {}) is not running", w->name, w->pid);
-    body["pid"] = w->pid;
-  } else if (std::sscanf(o.target.c_str(), "%d", &pid) == 1 && std::to_string(pid) == o.target) {
-    body["pid"] = pid;
-  } else if (agent::IsValidContainerId(o.target)) {
-    body["container"] = o.target;
-  } else {
-    return Status::Error(Code::kNotFound, "`{}` is no workload, pid or container id", o.target);
+  agent::CheckpointRequest request;
+  switch (o.target.kind) {
+    case TargetSpec::Kind::kWorkload: {  // this machine's run directory names it
+      GPUSNAP_ASSIGN_OR_RETURN(Workload w, FindWorkload(o.target.workload));
+      if (!w.running) return Status::Error(Code::kNotFound, "workload `{}` (pid {}) is not running", w.name, w.pid);
+      request.pid = w.pid;
+      break;
+    }
+    case TargetSpec::Kind::kPid: request.pid = o.target.pid; break;
+    case TargetSpec::Kind::kContainer: request.container = o.target.container; break;
+    case TargetSpec::Kind::kPod: request.pod = o.target.pod; break;
   }
+  request.leave_running = o.leave_running;
+  request.snapshot_id = o.id;
+  // Without --capture-path the agent chooses (the pod's annotation, else auto).
+  request.capture_path = o.capture_path;
+  if (!o.caches.empty()) request.caches = o.caches;
+  if (!o.exclude.empty()) request.exclude = o.exclude;
+  request.image = o.image;
+  Json body = Json::parse(agent::CheckpointRequestBody(request));
   GPUSNAP_ASSIGN_OR_RETURN(Json started, agent::CallAgent(socket, "POST", "/v1/checkpoints", &body));
   GPUSNAP_ASSIGN_OR_RETURN(Json job, FollowWithProgress(socket, started, progress));
   Checkpointed out;

@@ -163,7 +163,14 @@ void AddGpuChoice(CLI::App& sub, cuda::GpuMapSpec& gpus, const char* verb, const
 void AddCheckpoint(CLI::App& app, Context& ctx) {
   auto* sub = app.add_subcommand("checkpoint", "Checkpoint a workload (by name) or a process tree (by pid)");
   auto opts = std::make_shared<CheckpointOptions>();
-  sub->add_option("target", opts->target, "Workload name or pid (through the agent, also a container id)")
+  sub->add_option_function<std::string>(
+         "target",
+         [opts](const std::string& text) {
+           opts->target = ParsedOrUsageError(
+               ParseTargetArgument(text, [](std::string_view name) { return FindWorkload(std::string(name)).ok(); }),
+               "target");
+         },
+         "Workload name, pid, or container id (12-64 hex digits, or a unique prefix)")
       ->required();
   sub->add_flag("--leave-running", opts->leave_running, "Keep the source running after the checkpoint");
   sub->add_option("--capture-path", opts->capture_path,

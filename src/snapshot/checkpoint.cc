@@ -275,7 +275,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phas
     // The snapshot is whole; only the source's fate is in question.
     if (run.published) return resp.status().Wrap(fmt::format("snapshot `{}` was published, but CRIU then failed", id));
     return KeepDumpLog(store.root(), id, dump.log_path, resp.status())
-        .Wrap(fmt::format("checkpoint of `{}` failed", options.target));
+        .Wrap(fmt::format("checkpoint of `{}` failed", options.target.ToString()));
   }
   if (!dumped) return Status::Error(Code::kInternal, "CRIU finished the dump without a post-dump notification");
 
@@ -290,7 +290,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phas
       GPUSNAP_RETURN_IF_ERROR(run.LoadGpushare().Wrap(what + ", but bringing back the device memory failed"));
     phases.timings()["paused"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - *pause_start).count();
     GPUSNAP_RETURN_IF_ERROR(
-        publish().Wrap(fmt::format("`{}` runs on, but its snapshot could not be kept", options.target)));
+        publish().Wrap(fmt::format("`{}` runs on, but its snapshot could not be kept", options.target.ToString())));
   }
   phases.Total();
   meta.timings_s = phases.timings();

@@ -108,11 +108,13 @@ Result<RestoreSource> OpenSource(const RestoreOptions& options, Phases& phases) 
   RestoreSource source;
   if (options.source.from_registry()) {
     phases.Start("pull-files");
-    GPUSNAP_ASSIGN_OR_RETURN(source.pull, registry::StagedPull::Begin({.store = options.store,
-                                                                      .reference = options.source.ToString(),
-                                                                      .as_id = "",
-                                                                      .access = options.registry,
-                                                                      .progress = options.progress}));
+    auto pull = registry::StagedPull::Begin({.store = options.store,
+                                             .reference = options.source.ToString(),
+                                             .as_id = "",
+                                             .access = options.registry,
+                                             .progress = options.progress});
+    if (!pull.ok()) return pull.status().Wrap(fmt::format("restore of `{}`", options.source.ToString()));
+    source.pull = std::move(pull).value();
     phases.Done();
     source.meta = source.pull->meta();
     source.dir = source.pull->dir();

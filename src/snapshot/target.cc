@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "container/cgroup.h"
 #include "gpusnap/workload.h"
 #include "proc/proc.h"
 #include "util/files.h"
@@ -66,27 +67,101 @@ pid_t InitToHoldDuringDump(const Target& target, bool leave_running) {
   return target.ns_holder;
 }
 
-Result<Target> ResolveTarget(const std::string& name_or_pid) {
-  if (name_or_pid.empty()) return Status::Error(Code::kInvalidArgument, "no workload name or pid given");
-  pid_t pid = 0;
-  auto [end, ec] = std::from_chars(name_or_pid.data(), name_or_pid.data() + name_or_pid.size(), pid);
-  bool numeric = ec == std::errc() && end == name_or_pid.data() + name_or_pid.size();
-  if (numeric) {
-    if (pid <= 0) return Status::Error(Code::kInvalidArgument, "invalid pid `{}`", name_or_pid);
-    if (!proc::Exists(pid)) return Status::Error(Code::kNotFound, "no process with pid {}", pid);
-    // A pid that gpusnap started keeps its workload's name and log.
-    if (auto all = ListWorkloads(); all.ok())
-      for (const auto& w : *all)
-        if (w.running && w.pid == pid) return ResolveTarget(w.name);
-    return FromPid(pid, "");
+TargetSpec TargetSpec::Workload(std::string name) {
+  TargetSpec spec;
+  spec.workload = std::move(name);
+  return spec;
+}
+
+TargetSpec TargetSpec::Pid(pid_t pid) {
+  TargetSpec spec;
+  spec.kind = Kind::kPid;
+  spec.pid = pid;
+  return spec;
+}
+
+TargetSpec TargetSpec::Container(std::string id) {
+  TargetSpec spec;
+  spec.kind = Kind::kContainer;
+  spec.container = std::move(id);
+  return spec;
+}
+
+TargetSpec TargetSpec::Pod(container::PodRef pod) {
+  TargetSpec spec;
+  spec.kind = Kind::kPod;
+  spec.pod = std::move(pod);
+  return spec;
+}
+
+std::string TargetSpec::ToString() const {
+  switch (kind) {
+    case Kind::kWorkload: return workload;
+    case Kind::kPid: return std::to_string(pid);
+    case Kind::kContainer: return container;
+    case Kind::kPod: return fmt::format("{}/{}/{}", pod.namespace_name, pod.name, pod.container);
   }
-  GPUSNAP_ASSIGN_OR_RETURN(auto w, FindWorkload(name_or_pid));
-  if (!w.running) return Status::Error(Code::kNotFound, "workload `{}` (pid {}) is not running", w.name, w.pid);
-  GPUSNAP_ASSIGN_OR_RETURN(auto t, FromPid(w.pid, w.name));
-  t.workload = true;
-  t.cmdline = w.cmdline;
-  t.log = w.log;
-  t.started = w.started;
+  return "";
+}
+
+Result<TargetSpec> ParseTargetArgument(std::string_view text,
+                                       const std::function<bool(std::string_view)>& is_workload) {
+  if (text.empty()) return Status::Error(Code::kInvalidArgument, "no workload name, pid or container id given");
+  bool digits = std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (digits) {
+    pid_t pid = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), pid);
+    if (ec != std::errc() || end != text.data() + text.size() || pid <= 0)
+      return Status::Error(Code::kInvalidArgument, "invalid pid `{}`", text);
+    return TargetSpec::Pid(pid);
+  }
+  bool hex = std::all_of(text.begin(), text.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+  if (hex && text.size() >= 12 && text.size() <= 64 && !(is_workload && is_workload(text)))
+    return TargetSpec::Container(std::string(text));
+  GPUSNAP_RETURN_IF_ERROR(CheckWorkloadName(text));
+  return TargetSpec::Workload(std::string(text));
+}
+
+Result<Target> ResolveTarget(const TargetSpec& spec, const std::string& kubelet_log_dir) {
+  pid_t pid = spec.pid;
+  std::string container_id;
+  switch (spec.kind) {
+    case TargetSpec::Kind::kWorkload: {
+      GPUSNAP_ASSIGN_OR_RETURN(auto w, FindWorkload(spec.workload));
+      if (!w.running) return Status::Error(Code::kNotFound, "workload `{}` (pid {}) is not running", w.name, w.pid);
+      GPUSNAP_ASSIGN_OR_RETURN(auto t, FromPid(w.pid, w.name));
+      t.workload = true;
+      t.cmdline = w.cmdline;
+      t.log = w.log;
+      t.started = w.started;
+      return t;
+    }
+    case TargetSpec::Kind::kPid:
+      if (pid <= 0) return Status::Error(Code::kInvalidArgument, "invalid pid `{}`", pid);
+      if (!proc::Exists(pid)) return Status::Error(Code::kNotFound, "no process with pid {}", pid);
+      // A pid that gpusnap started keeps its workload's name and log.
+      if (auto all = ListWorkloads(); all.ok())
+        for (const auto& w : *all)
+          if (w.running && w.pid == pid) return ResolveTarget(TargetSpec::Workload(w.name));
+      break;
+    case TargetSpec::Kind::kContainer:
+    case TargetSpec::Kind::kPod: {
+      // A container's tree: the one child of its init.
+      std::vector<container::NodeProcess> processes = container::ScanProcesses();
+      auto id = spec.kind == TargetSpec::Kind::kPod
+                    ? container::ContainerIdOfPod(kubelet_log_dir, spec.pod, processes)
+                    : container::ExpandContainerId(processes, spec.container);
+      if (!id.ok()) return id.status();
+      container_id = *id;
+      GPUSNAP_ASSIGN_OR_RETURN(pid, container::ContainerTreeRoot(processes, container_id));
+      break;
+    }
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(Target t, FromPid(pid, ""));
+  t.container_id = container_id;
+  if (t.container_id.empty())
+    if (auto cg = ReadFile(fmt::format("/proc/{}/cgroup", pid)); cg.ok())
+      t.container_id = container::ParseProcCgroup(*cg).container_id;
   return t;
 }
 

@@ -277,7 +277,7 @@ class AgentApi(AgentCase):
             ("POST", "/v1/checkpoints", {"pid": reaper}, 409, "init of its pid namespace"),
             ("POST", "/v1/checkpoints", {"container": "ab" * 32}, 404, "no running process is in container"),
             ("POST", "/v1/checkpoints", {"pod": {"namespace": "ns", "name": "p", "container": "c"}}, 404, "pod"),
-            ("POST", "/v1/restores", {"snapshot": ".x"}, 400, "not a snapshot id"),
+            ("POST", "/v1/restores", {"snapshot": ".x"}, 400, "invalid snapshot id `.x`"),
             # With a `/` it is taken for a registry reference, and refused as one.
             ("POST", "/v1/restores", {"snapshot": "../x"}, 400, "invalid registry reference `../x`"),
             ("POST", "/v1/restores", {"snapshot": "x", "target": "old"}, 400, "`target`"),

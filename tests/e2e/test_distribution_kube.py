@@ -14,9 +14,10 @@ bed's: the test plays the scheduler and the kubelet.
   snapshot: there is none on the node yet); bound to node B and running,
   node B's agent pulls what its store lacks and restores into it: the
   counter counts on from where it was, in the placeholder's namespaces; the
-  pod shows what was pulled while the restore goes on (the agent held there
-  by GPUSNAP_TEST_PAUSE_AT=restore-pull: gpusnap.io/restore-progress), then
-  the result, and its Event names the reference and the digest;
+  pod shows the pull and the restore going on together (the agent held once
+  the snapshot's files are in, by GPUSNAP_TEST_PAUSE_AT=restore-pull-files:
+  gpusnap.io/restore-progress), then the result, and its Event names the
+  reference and the digest;
 - the Secret's credentials land in a 0600 file of the agent's run directory
   and never in its log; a missing Secret, or one of another type, refuses
   the agent's start."""
@@ -165,12 +166,12 @@ class TwoKubeNodes(PlaceholderCase):
 
 class PlaceholderFromAReference(TwoKubeNodes):
     def test_a_pod_captured_on_node_a_is_restored_into_a_placeholder_on_node_b(self):
-        # Node B's agent stops once the pull is done, until told to go on: the
-        # pod is seen showing it.
-        resume = os.path.join(self.tmp, "resume-restore-pull")
+        # Node B's agent stops once the snapshot's files are pulled (its chunks
+        # arrive as it restores), until told to go on: the pod is seen showing it.
+        resume = os.path.join(self.tmp, "resume-restore-pull-files")
         self.resume_files.append(resume)
         agent_a = self.start_kube_agent(self.a)
-        agent_b = self.start_kube_agent(self.b, env={"GPUSNAP_TEST_PAUSE_AT": "restore-pull",
+        agent_b = self.start_kube_agent(self.b, env={"GPUSNAP_TEST_PAUSE_AT": "restore-pull-files",
                                                      "GPUSNAP_TEST_RESUME_FILE": resume})
         ref = self.ref("ml/counter", "from-node-a")
 
@@ -206,14 +207,15 @@ class PlaceholderFromAReference(TwoKubeNodes):
 
         self.api.run_pod(NAMESPACE, "counter-restored", self.b.name,
                          container_ids={"server": "containerd://" + placeholder})
-        agent_b.wait_line("paused at restore-pull")
+        agent_b.wait_line("paused at restore-pull-files")
         pod = self.api.wait_for("pods", "counter-restored", NAMESPACE,
-                                lambda p: self.annotations(p).get(PROGRESS, "").startswith("pulled "), timeout=30)
+                                lambda p: self.annotations(p).get(PROGRESS, "").endswith("pull-files done"),
+                                timeout=30)
         a = self.annotations(pod)
         self.assertEqual(a[STATUS], "restoring", a)
-        self.assertRegex(a[PROGRESS], rf"^pulled {re.escape(ref)} \({digest}\): (\d+) of \1 blobs, .*; restoring, "
-                                      "pull done$")
-        self.assertEqual(self.b.snapshot_ids(), [captured["snapshot"]])  # pulled, not restored yet
+        self.assertRegex(a[PROGRESS], rf"^(pulling {re.escape(ref)}|pull: .*); restoring, pull-files done$")
+        # Its files are in the pull's staging; it joins the store once restored.
+        self.assertEqual(self.b.snapshot_ids(), [])
         self.assertEqual(self.children(init), [])
         open(resume, "w").close()
         pod = self.api.wait_for("pods", "counter-restored", NAMESPACE,
