@@ -36,11 +36,12 @@ struct CheckpointOptions {
   bool verbose = false;         // CRIU log level 4
   std::string criu_config;      // an extra CRIU configuration file
   int gpu_lock_timeout_ms = 10000;  // how long the driver may take to drain each GPU process
-  // The capture path (docs/CAPTURE-PATHS.md): "process" (CRIU and the GPU
-  // state), "rootfs" (the container's writable layer and its caches: the
-  // workload goes on running), "both", or "auto" (process when the tree is
-  // checkpointable, else rootfs, the reason recorded). Empty: "process".
-  std::string capture_path;
+  // The capture path (docs/CAPTURE-PATHS.md): the process (CRIU and the GPU
+  // state), the rootfs (the container's writable layer and its caches: the
+  // workload goes on running), both, or auto (process when the tree is
+  // checkpointable, else rootfs, the reason recorded). Unset: the process
+  // path (through the agent: the pod's annotation, else auto).
+  std::optional<CapturePath> capture_path;
   std::vector<std::string> caches;   // rootfs: container paths of cache directories, one archive each
   std::vector<std::string> exclude;  // rootfs: patterns the capture leaves out besides the defaults
   std::string image;                 // rootfs: the container's image; default: its OCI bundle's annotation
@@ -98,7 +99,7 @@ Status CheckRestoreOptions(const RestoreOptions& options);
 
 struct RestoreResult {
   Workload workload;
-  std::string restore_path = "process";  // "process", or "rootfs" (a cold start with warm caches)
+  CapturePath restore_path = CapturePath::kProcess;  // or kRootfs (a cold start with warm caches)
   std::string fallback_reason;           // a `both` snapshot restored by rootfs: why not as a process
   std::map<std::string, double> timings_s;
   std::string log;              // CRIU's restore log

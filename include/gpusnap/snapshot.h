@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpusnap/status.h"
@@ -64,12 +65,25 @@ struct SnapshotGpuState {
 
 // How the snapshot was captured (schema 1.6; docs/CAPTURE-PATHS.md). An
 // older snapshot reads as {"process", "process", ""}.
+// How a checkpoint captures a workload (docs/CAPTURE-PATHS.md): the process
+// (CRIU and the GPU state: a warm restore), the container's filesystem (its
+// writable layer and caches: a cold start with warm caches), or both. kAuto
+// is asked for, never taken: the checkpoint chooses the process where CRIU
+// can take the tree, else the rootfs.
+enum class CapturePath { kAuto, kProcess, kRootfs, kBoth };
+
+// "auto", "process", "rootfs", "both": the names requests, annotations and
+// gpusnap.json use.
+std::string_view CapturePathName(CapturePath path);
+// The path of `name` (one of those four), or nullopt.
+std::optional<CapturePath> ParseCapturePath(std::string_view name);
+
 struct CapturePathRecord {
-  std::string path = "process";       // what it holds: "process", "rootfs" or "both"
-  std::string requested = "process";  // what was asked: the same, or "auto"
+  CapturePath path = CapturePath::kProcess;       // what it holds: never kAuto
+  CapturePath requested = CapturePath::kProcess;  // what was asked: the same, or kAuto
   std::string reason;                 // why `auto` chose `path` ("the tree holds an io_uring instance ...")
-  bool has_process() const { return path != "rootfs"; }
-  bool has_rootfs() const { return path != "process"; }
+  bool has_process() const { return path != CapturePath::kRootfs; }
+  bool has_rootfs() const { return path == CapturePath::kRootfs || path == CapturePath::kBoth; }
 };
 
 struct RootfsSkipped {

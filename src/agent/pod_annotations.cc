@@ -42,7 +42,7 @@ std::string Cut(std::string_view text, size_t max) {
 }  // namespace
 
 bool AsksThePod(const CheckpointRequest& request) {
-  return request.push_to.empty() || request.capture_path.empty() || !request.caches || !request.exclude;
+  return request.push_to.empty() || !request.capture_path || !request.caches || !request.exclude;
 }
 
 std::vector<std::string> SplitAnnotationList(std::string_view value) {
@@ -62,18 +62,18 @@ Result<CheckpointSettings> CheckpointSettingsFor(const CheckpointRequest& reques
   CheckpointSettings s;
   s.image = request.image;
 
-  if (!request.capture_path.empty()) {
-    s.capture_path = request.capture_path;
+  if (request.capture_path) {
+    s.capture_path = *request.capture_path;
     s.capture_path_from = "the request";
   } else {
     GPUSNAP_ASSIGN_OR_RETURN(auto value, Annotation(pod, kAnnotationCapturePath));
     if (value) {
-      std::string path(Trim(*value));
-      if (!IsCapturePathName(path))
+      std::optional<CapturePath> path = ParseCapturePath(Trim(*value));
+      if (!path)
         return Status::Error(Code::kInvalidArgument,
                              "annotation {} `{}` is not a capture path: expected auto, process, rootfs or both",
                              kAnnotationCapturePath, Printable(*value));
-      s.capture_path = std::move(path);
+      s.capture_path = *path;
       s.capture_path_from = fmt::format("annotation {}", kAnnotationCapturePath);
     }
   }
@@ -86,7 +86,7 @@ Result<CheckpointSettings> CheckpointSettingsFor(const CheckpointRequest& reques
 
   // The pod's lists are for its rootfs captures: a process capture leaves
   // them unread (and unchecked).
-  bool rootfs = s.capture_path != "process";
+  bool rootfs = s.capture_path != CapturePath::kProcess;
   if (request.caches) {
     s.caches = *request.caches;
   } else if (rootfs) {
@@ -108,10 +108,10 @@ Result<CheckpointSettings> CheckpointSettingsFor(const CheckpointRequest& reques
   return s;
 }
 
-json CapturePathChosenPatch(std::string_view path, std::string_view reason) {
+json CapturePathChosenPatch(CapturePath path, std::string_view reason) {
   return {{"metadata",
            {{"annotations",
-             {{std::string(kAnnotationCapturePathChosen), std::string(path)},
+             {{std::string(kAnnotationCapturePathChosen), std::string(CapturePathName(path))},
               {std::string(kAnnotationCapturePathReason), reason.empty() ? json(nullptr) : json(Cut(reason, 4000))}}}}}};
 }
 

@@ -40,11 +40,11 @@ inline constexpr std::string_view kAnnotationCapturePathChosen = "gpusnap.io/cap
 inline constexpr std::string_view kAnnotationCapturePathReason = "gpusnap.io/capture-path-reason";
 
 // The agent's capture path when neither the request nor the pod names one.
-inline constexpr std::string_view kDefaultCapturePath = "auto";
+inline constexpr CapturePath kDefaultCapturePath = CapturePath::kAuto;
 
 // What one checkpoint takes, all sources merged.
 struct CheckpointSettings {
-  std::string capture_path{kDefaultCapturePath};
+  CapturePath capture_path = kDefaultCapturePath;
   std::string capture_path_from = "the agent's default";  // or "the request", or the annotation's name
   std::vector<std::string> caches;
   std::vector<std::string> exclude;
@@ -68,7 +68,7 @@ Result<CheckpointSettings> CheckpointSettingsFor(const CheckpointRequest& reques
 std::vector<std::string> SplitAnnotationList(std::string_view value);
 
 // The merge patch that records the checkpoint's choice on its pod.
-nlohmann::json CapturePathChosenPatch(std::string_view path, std::string_view reason);
+nlohmann::json CapturePathChosenPatch(CapturePath path, std::string_view reason);
 
 // What ServiceOptions::pod asks for: the pod as the API server has it;
 // nullopt for a pod it does not know (a static pod's mirror, a test's

@@ -27,13 +27,13 @@ std::string Refusal(const CheckpointRequest& request, const json& pod) {
 
 TEST(AgentPodAnnotations, WithNeitherTheCapturePathIsAuto) {
   CheckpointSettings s = Ok(CheckpointRequest{}, nullptr);
-  EXPECT_EQ(s.capture_path, "auto");
+  EXPECT_EQ(s.capture_path, CapturePath::kAuto);
   EXPECT_EQ(s.capture_path_from, "the agent's default");
   EXPECT_TRUE(s.caches.empty());
   EXPECT_TRUE(s.exclude.empty());
   EXPECT_EQ(s.push_to, "");
   json bare = {{"metadata", {{"name", "p"}}}};
-  EXPECT_EQ(Ok(CheckpointRequest{}, &bare).capture_path, "auto");
+  EXPECT_EQ(Ok(CheckpointRequest{}, &bare).capture_path, CapturePath::kAuto);
 }
 
 TEST(AgentPodAnnotations, ThePodsAnnotationsAreRead) {
@@ -42,7 +42,7 @@ TEST(AgentPodAnnotations, ThePodsAnnotationsAreRead) {
                   {"gpusnap.io/rootfs-exclude", "/tmp,/**/__pycache__"},
                   {"gpusnap.io/push-to", "registry.example:5000/ml/vllm:warm"}});
   CheckpointSettings s = Ok(CheckpointRequest{}, &pod);
-  EXPECT_EQ(s.capture_path, "rootfs");
+  EXPECT_EQ(s.capture_path, CapturePath::kRootfs);
   EXPECT_EQ(s.capture_path_from, "annotation gpusnap.io/capture-path");
   EXPECT_EQ(s.caches, (std::vector<std::string>{"/root/.cache/huggingface", "/root/.triton"}));
   EXPECT_EQ(s.exclude, (std::vector<std::string>{"/tmp", "/**/__pycache__"}));
@@ -55,13 +55,13 @@ TEST(AgentPodAnnotations, TheRequestWins) {
                   {"gpusnap.io/rootfs-exclude", "/pod-tmp"},
                   {"gpusnap.io/push-to", "registry.example:5000/ml/vllm:pod"}});
   CheckpointRequest request;
-  request.capture_path = "both";
+  request.capture_path = CapturePath::kBoth;
   request.caches = std::vector<std::string>{"/request-cache"};
   request.exclude = std::vector<std::string>{};  // none, whatever the pod says
   request.image = "vllm:0.6.3";
   request.push_to = "registry.example:5000/ml/vllm:request";
   CheckpointSettings s = Ok(request, &pod);
-  EXPECT_EQ(s.capture_path, "both");
+  EXPECT_EQ(s.capture_path, CapturePath::kBoth);
   EXPECT_EQ(s.capture_path_from, "the request");
   EXPECT_EQ(s.caches, std::vector<std::string>{"/request-cache"});
   EXPECT_TRUE(s.exclude.empty());
@@ -70,10 +70,10 @@ TEST(AgentPodAnnotations, TheRequestWins) {
   EXPECT_FALSE(AsksThePod(request));
   // Field by field: what the request leaves is the pod's.
   CheckpointRequest path_only;
-  path_only.capture_path = "auto";
+  path_only.capture_path = CapturePath::kAuto;
   EXPECT_TRUE(AsksThePod(path_only));
   s = Ok(path_only, &pod);
-  EXPECT_EQ(s.capture_path, "auto");
+  EXPECT_EQ(s.capture_path, CapturePath::kAuto);
   EXPECT_EQ(s.caches, std::vector<std::string>{"/pod-cache"});
   EXPECT_EQ(s.exclude, std::vector<std::string>{"/pod-tmp"});
   EXPECT_EQ(s.push_to, "registry.example:5000/ml/vllm:pod");
@@ -98,7 +98,7 @@ TEST(AgentPodAnnotations, ABadAnnotationIsRefusedNamingIt) {
             std::string::npos);
   // Blanks around the value are no fault.
   json padded = Pod({{"gpusnap.io/capture-path", " rootfs "}});
-  EXPECT_EQ(Ok(CheckpointRequest{}, &padded).capture_path, "rootfs");
+  EXPECT_EQ(Ok(CheckpointRequest{}, &padded).capture_path, CapturePath::kRootfs);
 }
 
 TEST(AgentPodAnnotations, WhatTheRequestOverridesIsNotChecked) {
@@ -106,10 +106,10 @@ TEST(AgentPodAnnotations, WhatTheRequestOverridesIsNotChecked) {
                   {"gpusnap.io/caches", "relative"},
                   {"gpusnap.io/push-to", "not a reference"}});
   CheckpointRequest request;
-  request.capture_path = "rootfs";
+  request.capture_path = CapturePath::kRootfs;
   request.caches = std::vector<std::string>{"/c"};
   request.push_to = "registry.example:5000/ml/vllm:warm";
-  EXPECT_EQ(Ok(request, &pod).capture_path, "rootfs");
+  EXPECT_EQ(Ok(request, &pod).capture_path, CapturePath::kRootfs);
 }
 
 TEST(AgentPodAnnotations, AProcessCaptureLeavesThePodsRootfsListsUnread) {
@@ -117,7 +117,7 @@ TEST(AgentPodAnnotations, AProcessCaptureLeavesThePodsRootfsListsUnread) {
                   {"gpusnap.io/caches", "relative"},
                   {"gpusnap.io/rootfs-exclude", "/tmp"}});
   CheckpointSettings s = Ok(CheckpointRequest{}, &pod);
-  EXPECT_EQ(s.capture_path, "process");
+  EXPECT_EQ(s.capture_path, CapturePath::kProcess);
   EXPECT_TRUE(s.caches.empty());
   EXPECT_TRUE(s.exclude.empty());
 }
@@ -136,15 +136,15 @@ TEST(AgentPodAnnotations, AnnotationListsAreCommaSeparated) {
 
 TEST(AgentPodAnnotations, TheChoiceIsRecordedOnThePod) {
   json pod = Pod({{"gpusnap.io/capture-path-reason", "an older reason"}});
-  pod.merge_patch(CapturePathChosenPatch("rootfs", "the tree holds an io_uring instance (pid 12, fd 5)"));
+  pod.merge_patch(CapturePathChosenPatch(CapturePath::kRootfs, "the tree holds an io_uring instance (pid 12, fd 5)"));
   const json& a = pod["metadata"]["annotations"];
   EXPECT_EQ(a["gpusnap.io/capture-path-chosen"], "rootfs");
   EXPECT_EQ(a["gpusnap.io/capture-path-reason"], "the tree holds an io_uring instance (pid 12, fd 5)");
   // No reason removes the last one's.
-  pod.merge_patch(CapturePathChosenPatch("process", ""));
+  pod.merge_patch(CapturePathChosenPatch(CapturePath::kProcess, ""));
   EXPECT_EQ(a["gpusnap.io/capture-path-chosen"], "process");
   EXPECT_FALSE(a.contains("gpusnap.io/capture-path-reason"));
-  EXPECT_EQ(CapturePathChosenPatch("rootfs", std::string(10000, 'r'))["metadata"]["annotations"]
+  EXPECT_EQ(CapturePathChosenPatch(CapturePath::kRootfs, std::string(10000, 'r'))["metadata"]["annotations"]
                 ["gpusnap.io/capture-path-reason"]
                     .get<std::string>()
                     .size(),

@@ -415,10 +415,14 @@ std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_vie
   if (auto e = GetString(doc, "pushTo", "", req.push_to)) return *e;
   if (doc.contains("pushTo"))
     if (auto e = CheckReference("pushTo", req.push_to)) return *e;
-  if (auto e = GetString(doc, "capturePath", "", req.capture_path)) return *e;
-  if (doc.contains("capturePath") && !IsCapturePathName(req.capture_path))
-    return Bad(fmt::format("`capturePath` `{}` is not a capture path: expected auto, process, rootfs or both",
-                           Printable(req.capture_path)));
+  std::string capture_path;
+  if (auto e = GetString(doc, "capturePath", "", capture_path)) return *e;
+  if (doc.contains("capturePath")) {
+    req.capture_path = ParseCapturePath(capture_path);
+    if (!req.capture_path)
+      return Bad(fmt::format("`capturePath` `{}` is not a capture path: expected auto, process, rootfs or both",
+                             Printable(capture_path)));
+  }
   for (auto [key, list] : {std::pair{"caches", &req.caches}, std::pair{"exclude", &req.exclude}}) {
     auto got = GetStrings(doc, key);
     if (auto* e = std::get_if<ApiError>(&got)) return *e;
@@ -438,7 +442,7 @@ std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_vie
   // The rootfs capture's settings with a capture that takes no rootfs say
   // two things at once.
   auto some = [](const std::optional<std::vector<std::string>>& list) { return list && !list->empty(); };
-  if (req.capture_path == "process" && (some(req.caches) || some(req.exclude) || !req.image.empty()))
+  if (req.capture_path == CapturePath::kProcess && (some(req.caches) || some(req.exclude) || !req.image.empty()))
     return Bad("`caches`, `exclude` and `image` are for the rootfs capture: `capturePath` `process` takes none");
   return req;
 }
@@ -513,7 +517,7 @@ std::string CheckpointRequestBody(const CheckpointRequest& request) {
     body["pid"] = request.pid;
   if (!request.snapshot_id.empty()) body["snapshotId"] = request.snapshot_id;
   if (!request.push_to.empty()) body["pushTo"] = request.push_to;
-  if (!request.capture_path.empty()) body["capturePath"] = request.capture_path;
+  if (request.capture_path) body["capturePath"] = CapturePathName(*request.capture_path);
   if (request.caches) body["caches"] = *request.caches;
   if (request.exclude) body["exclude"] = *request.exclude;
   if (!request.image.empty()) body["image"] = request.image;

@@ -17,6 +17,7 @@
 
 #include "container/containers.h"
 #include "cuda/gpu_map.h"
+#include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
 #include "store/snapshot_ref.h"
 
@@ -46,7 +47,7 @@ struct CheckpointRequest {
   // The capture path (docs/CAPTURE-PATHS.md, "The matrix") and what the
   // rootfs capture takes. Unset, each comes from the pod's annotation, else
   // the agent's default (auto; no caches, no exclusions beyond the defaults).
-  std::string capture_path;     // "auto", "process", "rootfs" or "both"; empty: unset
+  std::optional<CapturePath> capture_path;  // `capturePath`; unset: the pod's annotation, else auto
   std::optional<std::vector<std::string>> caches;   // container paths of cache directories
   std::optional<std::vector<std::string>> exclude;  // patterns as rootfs::PathMatcher takes them
   std::string image;            // the container's image; empty: its OCI bundle's annotation

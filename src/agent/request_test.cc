@@ -228,17 +228,17 @@ TEST(AgentCheckpointRequest, PushTo) {
 TEST(AgentCheckpointRequest, CapturePathAndTheRootfsSettings) {
   auto r = CheckpointOk(R"({"pid": 4711, "capturePath": "both", "caches": ["/root/.cache/huggingface", "/root/.triton"],
                             "exclude": ["/tmp", "/**/__pycache__"], "image": "registry.example/ml/vllm:0.6.3"})");
-  EXPECT_EQ(r.capture_path, "both");
+  EXPECT_EQ(r.capture_path, CapturePath::kBoth);
   ASSERT_TRUE(r.caches.has_value());
   EXPECT_EQ(*r.caches, (std::vector<std::string>{"/root/.cache/huggingface", "/root/.triton"}));
   ASSERT_TRUE(r.exclude.has_value());
   EXPECT_EQ(*r.exclude, (std::vector<std::string>{"/tmp", "/**/__pycache__"}));
   EXPECT_EQ(r.image, "registry.example/ml/vllm:0.6.3");
   for (const char* path : {"auto", "process", "rootfs"})
-    EXPECT_EQ(CheckpointOk(fmt::format(R"({{"pid": 4711, "capturePath": "{}"}})", path)).capture_path, path);
+    EXPECT_EQ(CheckpointOk(fmt::format(R"({{"pid": 4711, "capturePath": "{}"}})", path)).capture_path, ParseCapturePath(path));
   // Unset is not the same as empty: an empty list overrides a pod's.
   auto unset = CheckpointOk(R"({"pid": 4711})");
-  EXPECT_EQ(unset.capture_path, "");
+  EXPECT_EQ(unset.capture_path, std::nullopt);
   EXPECT_FALSE(unset.caches.has_value());
   EXPECT_FALSE(unset.exclude.has_value());
   auto empty = CheckpointOk(R"({"pid": 4711, "caches": [], "exclude": []})");
@@ -246,7 +246,7 @@ TEST(AgentCheckpointRequest, CapturePathAndTheRootfsSettings) {
   EXPECT_TRUE(empty.caches->empty());
   ASSERT_TRUE(empty.exclude.has_value());
   // The empty lists say nothing a process capture could contradict.
-  EXPECT_EQ(CheckpointOk(R"({"pid": 4711, "capturePath": "process", "caches": []})").capture_path, "process");
+  EXPECT_EQ(CheckpointOk(R"({"pid": 4711, "capturePath": "process", "caches": []})").capture_path, CapturePath::kProcess);
 }
 
 TEST(AgentCheckpointRequest, ABadCapturePathIsNamed) {

@@ -180,7 +180,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   }
   // The checkpoint chooses (the tree's pre-checks decide `auto`): nothing
   // is refused here for the path's sake.
-  job.capture_path = JobCapturePath{settings->capture_path, "", ""};
+  job.capture_path = JobCapturePath{std::string(CapturePathName(settings->capture_path)), "", ""};
 
   CheckpointOptions o;
   o.target = TargetSpec::Pid(root);
@@ -204,14 +204,14 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
       MutexLock lock(mu_);
       Job& now = jobs_.at(id);
       now.bytes_total = meta->total_bytes;
-      now.capture_path->path = meta->capture_path.path;
+      now.capture_path->path = CapturePathName(meta->capture_path.path);
       now.capture_path->reason = meta->capture_path.reason;
       chosen = *now.capture_path;
       Journal(now);
     }
     options_.log(fmt::format("job {}: captured `{}` by the {} path (asked: {}, by {}){}", id, meta->id, chosen.path,
                              chosen.requested, from, chosen.reason.empty() ? "" : ": " + chosen.reason));
-    if (pod) RecordCapturePathOnPod(id, *pod, chosen);
+    if (pod) RecordCapturePathOnPod(id, *pod, meta->capture_path);
     if (!running.transfer) return Status::Ok();
     return PushSnapshot(id, meta->id, running.transfer->reference);
   });
@@ -240,7 +240,7 @@ Result<CheckpointSettings> Service::SettingsFor(const CheckpointRequest& request
 }
 
 void Service::RecordCapturePathOnPod(const std::string& id, const container::PodRef& pod,
-                                     const JobCapturePath& chosen) const {
+                                     const CapturePathRecord& chosen) const {
   if (!options_.patch_pod) return;
   Status st = options_.patch_pod(pod, CapturePathChosenPatch(chosen.path, chosen.reason));
   // A pod the API server does not know has nowhere to record it.
@@ -430,7 +430,7 @@ Status Service::RunRestore(const std::string& id, RestoreOptions o) {
   Job& job = jobs_.at(id);
   job.restored_pid = result->workload.pid;
   if (!result->workload.name.empty()) job.restored_name = result->workload.name;
-  job.restore_path = result->restore_path;
+  job.restore_path = CapturePathName(result->restore_path);
   job.fallback_reason = result->fallback_reason;
   // Every phase the restore timed, those no progress event carried too
   // (a reference's pull-chunks-wait, pull).
@@ -447,7 +447,7 @@ Status Service::RunRestore(const std::string& id, RestoreOptions o) {
                                                HumanBytes(pulled.bytes_moved))));
   }
   Journal(job);
-  if (job.restore_path != "process")
+  if (result->restore_path != CapturePath::kProcess)
     options_.log(fmt::format("job {}: restored `{}` by the {} path{}", id, o.source.ToString(), job.restore_path,
                              job.fallback_reason.empty() ? "" : ", not as a process: " + job.fallback_reason));
   return Status::Ok();

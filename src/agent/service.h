@@ -157,7 +157,8 @@ class Service {
   Result<CheckpointSettings> SettingsFor(const CheckpointRequest& request,
                                          const std::optional<container::PodRef>& pod) const;
   // Best effort: the checkpoint is done whatever the API server answers.
-  void RecordCapturePathOnPod(const std::string& id, const container::PodRef& pod, const JobCapturePath& chosen) const;
+  void RecordCapturePathOnPod(const std::string& id, const container::PodRef& pod,
+                              const CapturePathRecord& chosen) const;
   Status PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) EXCLUDES(mu_);
   Result<RegistryAccess> Access() const;
   // What every restore this agent runs shares (the store, the bundle, its

@@ -230,7 +230,7 @@ TEST_F(AgentServiceTest, ACheckpointTakesItsSettingsAndRecordsTheChosenPath) {
   options_.checkpoint = [&seen](const CheckpointOptions& o) -> Result<SnapshotMeta> {
     seen = o;
     SnapshotMeta meta = BarePidMeta(o.id);
-    meta.capture_path = {"rootfs", o.capture_path, "the tree holds an io_uring instance (pid 12, fd 5)"};
+    meta.capture_path = {CapturePath::kRootfs, o.capture_path.value_or(CapturePath::kProcess), "the tree holds an io_uring instance (pid 12, fd 5)"};
     meta.total_bytes = 4096;
     return meta;
   };
@@ -245,7 +245,7 @@ TEST_F(AgentServiceTest, ACheckpointTakesItsSettingsAndRecordsTheChosenPath) {
   Job job = Finished(**service, (*service)->StartCheckpoint(request));
   EXPECT_EQ(job.state, JobState::kSucceeded) << job.error;
   // Neither the request nor a pod names a path: the agent's default.
-  EXPECT_EQ(seen.capture_path, "auto");
+  EXPECT_EQ(seen.capture_path, CapturePath::kAuto);
   EXPECT_EQ(seen.caches, std::vector<std::string>{"/root/.cache/huggingface"});
   EXPECT_EQ(seen.exclude, std::vector<std::string>{"/tmp"});
   EXPECT_EQ(seen.image, "vllm:0.6.3");
@@ -268,7 +268,7 @@ TEST_F(AgentServiceTest, ACheckpointTakesItsSettingsAndRecordsTheChosenPath) {
 
 TEST_F(AgentServiceTest, TheRequestsCapturePathIsTheOneAsked) {
   pid_t child = RunningChild();
-  std::string asked;
+  std::optional<CapturePath> asked;
   options_.checkpoint = [&asked](const CheckpointOptions& o) -> Result<SnapshotMeta> {
     asked = o.capture_path;
     return Status::Error(Code::kFailedPrecondition, "the tree holds an io_uring instance (pid 12, fd 5)");
@@ -278,9 +278,9 @@ TEST_F(AgentServiceTest, TheRequestsCapturePathIsTheOneAsked) {
   CheckpointRequest request;
   request.pid = child;
   request.leave_running = true;
-  request.capture_path = "process";
+  request.capture_path = CapturePath::kProcess;
   Job job = Finished(**service, (*service)->StartCheckpoint(request));
-  EXPECT_EQ(asked, "process");
+  EXPECT_EQ(asked, CapturePath::kProcess);
   // Refused by the checkpoint: the job says why, and names no path taken.
   EXPECT_EQ(job.state, JobState::kFailed);
   EXPECT_NE(job.error.find("io_uring"), std::string::npos) << job.error;
@@ -296,7 +296,7 @@ TEST_F(AgentServiceTest, ARestoreRecordsItsPathAndWhyItFellBack) {
     RestoreResult r;
     r.workload.name = o.name;
     r.workload.pid = 4242;
-    r.restore_path = "rootfs";
+    r.restore_path = CapturePath::kRootfs;
     r.fallback_reason = "process restore refused: the snapshot needs driver 580, this node has 570";
     return r;
   };

@@ -122,7 +122,8 @@ Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOpt
     w.restored_from = job.value("snapshot", "");
     w.standby = o.standby;
   }
-  out.result.restore_path = job.value("restorePath", out.result.restore_path);
+  out.result.restore_path =
+      ParseCapturePath(job.value("restorePath", "")).value_or(CapturePath::kProcess);
   out.result.fallback_reason = job.value("fallbackReason", "");
   out.result.timings_s = Timings(job);
   return out;

@@ -15,7 +15,9 @@ nlohmann::json MetaSummary(const SnapshotMeta& m) {
           {"source", {{"kind", m.source.kind}, {"name", m.source.name}, {"pid", m.source.host_pid}}},
           {"total_bytes", m.total_bytes},
           {"capture_path",
-           {{"path", m.capture_path.path}, {"requested", m.capture_path.requested}, {"reason", m.capture_path.reason}}},
+           {{"path", CapturePathName(m.capture_path.path)},
+            {"requested", CapturePathName(m.capture_path.requested)},
+            {"reason", m.capture_path.reason}}},
           {"timings_s", m.timings_s}};
 }
 
@@ -37,9 +39,9 @@ void PrintCheckpoint(const Context& ctx, const CheckpointOptions&, const Checkpo
   if (!ctx.quiet) {
     std::fprintf(stderr, "[checkpoint] %s: %s in %.2f s\n", meta.id.c_str(), HumanBytes(meta.total_bytes).c_str(),
                  Total(meta.timings_s));
-    if (meta.capture_path.path != "process" || meta.capture_path.requested != "process")
-      std::fprintf(stderr, "[checkpoint] capture path: %s (%s)\n", meta.capture_path.path.c_str(),
-                   meta.capture_path.reason.c_str());
+    if (meta.capture_path.path != CapturePath::kProcess || meta.capture_path.requested != CapturePath::kProcess)
+      std::fprintf(stderr, "[checkpoint] capture path: %s (%s)\n",
+                   std::string(CapturePathName(meta.capture_path.path)).c_str(), meta.capture_path.reason.c_str());
   }
   std::printf("%s\n", meta.id.c_str());
 }
@@ -52,7 +54,7 @@ void PrintRestore(const Context& ctx, const RestoreOptions& o, const Restored& d
     auto j = ToJson(r.workload);
     j["timings_s"] = r.timings_s;
     j["criu_log"] = r.log;
-    j["restore_path"] = r.restore_path;
+    j["restore_path"] = CapturePathName(r.restore_path);
     j["fallback_reason"] = r.fallback_reason;
     if (!done.job.empty()) j["job"] = done.job;
     return ctx.PrintJson(j);
@@ -61,7 +63,7 @@ void PrintRestore(const Context& ctx, const RestoreOptions& o, const Restored& d
     std::fprintf(stderr, "[restore] %s restored as `%s`%s in %.2f s\n", o.source.ToString().c_str(),
                  r.workload.name.c_str(),
                  o.standby                    ? ", a standby (`gpusnap wake` it)"
-                 : r.restore_path == "rootfs" ? " by its rootfs capture (a cold start with its caches)"
+                 : r.restore_path == CapturePath::kRootfs ? " by its rootfs capture (a cold start with its caches)"
                                               : "",
                  Total(r.timings_s));
   }
@@ -173,12 +175,17 @@ void AddCheckpoint(CLI::App& app, Context& ctx) {
          "Workload name, pid, or container id (12-64 hex digits, or a unique prefix)")
       ->required();
   sub->add_flag("--leave-running", opts->leave_running, "Keep the source running after the checkpoint");
-  sub->add_option("--capture-path", opts->capture_path,
+  sub->add_option_function<std::string>(
+         "--capture-path",
+         [opts](const std::string& name) {
+           opts->capture_path = ParseCapturePath(name);
+           if (!opts->capture_path)
+             throw CLI::ValidationError("--capture-path", fmt::format("`{}` is none of auto, process, rootfs, both", name));
+         },
                   "process (the default here; CRIU and the GPU state: a warm restore), rootfs (the container's writable layer and "
                   "--cache directories: a cold start with warm caches; the workload runs on), both, or auto "
                   "(process when the tree is checkpointable, else rootfs). Through the agent, without this flag, the pod's "
-                  "gpusnap.io/capture-path or auto; docs/CAPTURE-PATHS.md")
-      ->check(CLI::IsMember({"auto", "process", "rootfs", "both"}));
+                  "gpusnap.io/capture-path or auto; docs/CAPTURE-PATHS.md");
   sub->add_option("--cache", opts->caches,
                   "rootfs: a cache directory of the container (a container path, often a volume), archived whole; "
                   "repeatable");

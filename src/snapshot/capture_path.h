@@ -8,30 +8,25 @@
 #include <string>
 #include <string_view>
 
+#include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
 
 namespace gpusnap {
 
 struct CaptureDecision {
-  std::string path;    // "process", "rootfs" or "both"
+  CapturePath path;    // kProcess, kRootfs or kBoth
   std::string reason;  // why: a sentence for the job, the snapshot and the pod
 };
 
-// True for "auto", "process", "rootfs" and "both".
-bool IsCapturePathName(std::string_view name);
-
-// `requested`: "auto", "process", "rootfs" or "both". `process_ok`: the
-// process path's pre-check (CheckCheckpointable: Ok, or why CRIU cannot take
-// the tree). `rootfs_ok`: the rootfs path's (Ok when the container's root is
-// an overlay with a writable layer, else why not).
+// `process_ok`: the process path's pre-check (CheckCheckpointable: Ok, or why
+// CRIU cannot take the tree). `rootfs_ok`: the rootfs path's (Ok when the
+// container's root is an overlay with a writable layer, else why not).
 //   auto    -> process when process_ok, else rootfs when rootfs_ok (the
 //              reason quotes the process refusal), else the process refusal
 //              with the rootfs one appended;
 //   process -> process_ok's refusal as it is, or process;
 //   rootfs  -> rootfs_ok's refusal, or rootfs;
 //   both    -> either refusal (naming the path), or both.
-// kInvalidArgument for another `requested`.
-Result<CaptureDecision> ChooseCapturePath(std::string_view requested, const Status& process_ok,
-                                          const Status& rootfs_ok);
+Result<CaptureDecision> ChooseCapturePath(CapturePath requested, const Status& process_ok, const Status& rootfs_ok);
 
 }  // namespace gpusnap

@@ -99,23 +99,22 @@ struct CheckpointRun {
   }
 };
 
-Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phases, CheckpointRun& run,
+Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& phases, CheckpointRun& run,
                                     UndoStack& undo) {
-  CheckpointOptions options = given;
-  if (options.capture_path.empty()) options.capture_path = "process";
   // 1. The tree, its lock, the capture path; for the process path CRIU and the GPU processes.
   phases.Start("resolve");
+  CapturePath asked = options.capture_path.value_or(CapturePath::kProcess);
   GPUSNAP_ASSIGN_OR_RETURN(run.target, ResolveTarget(options.target));
   const Target& target = run.target;
   GPUSNAP_ASSIGN_OR_RETURN(run.tree_lock, LockTreeForCheckpoint(target.host_pid));
   std::vector<ProcessFiles> tree_files = ReadProcessFiles(target.tree);
   GPUSNAP_RETURN_IF_ERROR(CheckRootfsRequest(options.caches, options.exclude));
-  if (options.capture_path == "process" && (!options.caches.empty() || !options.exclude.empty()))
+  if (asked == CapturePath::kProcess && (!options.caches.empty() || !options.exclude.empty()))
     return Status::Error(Code::kInvalidArgument, "--cache and --exclude apply to the rootfs path: give --capture-path "
                          "rootfs, both or auto");
   std::optional<ContainerRootfs> container;
   Status rootfs_ok = Status::Ok();
-  if (options.capture_path != "process") {
+  if (asked != CapturePath::kProcess) {
     auto found = FindContainerRootfs(target, options.image);
     if (found.ok()) container = std::move(found).value();
     else rootfs_ok = found.status();
@@ -123,8 +122,8 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phas
     rootfs_ok = Status::Error(Code::kFailedPrecondition, "not asked for");
   }
   GPUSNAP_ASSIGN_OR_RETURN(CaptureDecision path,
-                           ChooseCapturePath(options.capture_path, CheckCheckpointable(tree_files), rootfs_ok));
-  bool process_path = path.path != "rootfs";
+                           ChooseCapturePath(asked, CheckCheckpointable(tree_files), rootfs_ok));
+  bool process_path = path.path != CapturePath::kRootfs;
   criu::Features features;
   std::optional<criu::Bundle> bundle;
   if (process_path) {
@@ -162,7 +161,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phas
   meta = DescribeSource(target, id,
                         process_path ? fmt::format("{}.{}", features.version_major, features.version_minor) : "",
                         options.tcp_established);
-  meta.capture_path = {path.path, options.capture_path, path.reason};
+  meta.capture_path = {path.path, asked, path.reason};
   if (!process_path) meta.pids.clear();
   meta.gpu = gpu_state;
   for (uint16_t port : TreeListeningPorts(tree_files)) meta.listen_ports.push_back(port);
@@ -186,7 +185,7 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& given, Phases& phas
   };
 
   // 3. The container's filesystem (rootfs, both); a rootfs capture ends here.
-  if (path.path != "process") {
+  if (path.path != CapturePath::kProcess) {
     GPUSNAP_ASSIGN_OR_RETURN(meta.rootfs, CaptureRootfs(*container, options.caches, options.exclude, dir,
                                                         kRootfsReserveBytes, phases));
     GPUSNAP_RETURN_IF_ERROR(InjectedFailure("rootfs"));

@@ -76,14 +76,14 @@ Result<UniqueFd> OpenOrMakeContainerDir(int root_fd, const std::string& path) {
 Result<RestoreResult> TakeRootfsRestore(const RestoreOptions& options, const Store& store, const SnapshotMeta& meta,
                                         const std::string& fallback_reason, Phases& phases) {
   RestoreResult result;
-  result.restore_path = "rootfs";
+  result.restore_path = CapturePath::kRootfs;
   result.fallback_reason = fallback_reason;
 
   // 1. Verify.
   phases.Start("verify");
   if (!meta.rootfs)
     return Status::Error(Code::kInvalidArgument, "snapshot `{}` holds no rootfs capture (its capture path is {})",
-                         meta.id, meta.capture_path.path);
+                         meta.id, CapturePathName(meta.capture_path.path));
   if (options.into_container.empty())
     return Status::Error(Code::kInvalidArgument,
                          "snapshot `{}` is a rootfs capture: it restores into a placeholder container of image `{}` "

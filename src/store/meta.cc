@@ -333,28 +333,33 @@ void ReadGpu(Reader& r, const json& j, SnapshotMeta& m) {
   m.gpu = gs;
 }
 
-bool IsCapturePath(const std::string& p) { return p == "process" || p == "rootfs" || p == "both"; }
-
 void ReadCapturePath(Reader& r, const json& j, SnapshotMeta& m) {
   RequireSince(r, m, 6, j, "capture_path", "capture_path");
   const json* c = r.Object(j, "", "capture_path", false);
   if (c == nullptr) return;
   CapturePathRecord& cp = m.capture_path;
-  r.String(*c, "capture_path", "path", cp.path);
-  r.String(*c, "capture_path", "requested", cp.requested);
+  std::string path, requested;
+  r.String(*c, "capture_path", "path", path);
+  r.String(*c, "capture_path", "requested", requested);
   r.String(*c, "capture_path", "reason", cp.reason, false);
-  if (r.ok() && !IsCapturePath(cp.path))
-    r.Fail(fmt::format("field `capture_path.path` is \"{}\", not \"process\", \"rootfs\" or \"both\"", cp.path));
-  if (r.ok() && cp.requested != "auto" && !IsCapturePath(cp.requested))
-    r.Fail(fmt::format("field `capture_path.requested` is \"{}\", not \"auto\", \"process\", \"rootfs\" or \"both\"",
-                       cp.requested));
+  if (!r.ok()) return;
+  std::optional<CapturePath> taken = ParseCapturePath(path), asked = ParseCapturePath(requested);
+  if (!taken || *taken == CapturePath::kAuto)
+    return r.Fail(fmt::format("field `capture_path.path` is \"{}\", not \"process\", \"rootfs\" or \"both\"", path));
+  if (!asked)
+    return r.Fail(fmt::format("field `capture_path.requested` is \"{}\", not \"auto\", \"process\", \"rootfs\" or "
+                              "\"both\"",
+                              requested));
+  cp.path = *taken;
+  cp.requested = *asked;
 }
 
 void ReadRootfs(Reader& r, const json& j, SnapshotMeta& m) {
   const json* f = r.Object(j, "", "rootfs", m.capture_path.has_rootfs());
   if (f == nullptr) return;
   if (!m.capture_path.has_rootfs())
-    return r.Fail(fmt::format("field `rootfs` is there, but capture_path.path is \"{}\"", m.capture_path.path));
+    return r.Fail(fmt::format("field `rootfs` is there, but capture_path.path is \"{}\"",
+                              CapturePathName(m.capture_path.path)));
   RootfsRecord rf;
   r.String(*f, "rootfs", "image", rf.image);
   r.String(*f, "rootfs", "image_id", rf.image_id, false);
@@ -392,6 +397,22 @@ void ReadRootfs(Reader& r, const json& j, SnapshotMeta& m) {
 Status Corrupt(const Reader& r) { return Status::Error(Code::kCorruption, "metadata: {}", r.failure()); }
 
 }  // namespace
+
+std::string_view CapturePathName(CapturePath path) {
+  switch (path) {
+    case CapturePath::kAuto: return "auto";
+    case CapturePath::kProcess: return "process";
+    case CapturePath::kRootfs: return "rootfs";
+    case CapturePath::kBoth: return "both";
+  }
+  return "process";
+}
+
+std::optional<CapturePath> ParseCapturePath(std::string_view name) {
+  for (CapturePath p : {CapturePath::kAuto, CapturePath::kProcess, CapturePath::kRootfs, CapturePath::kBoth})
+    if (CapturePathName(p) == name) return p;
+  return std::nullopt;
+}
 
 bool IsValidSnapshotId(std::string_view id) {
   if (id.empty() || id.size() > 64 || id[0] == '.') return false;
@@ -449,8 +470,8 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
                               {"shim", m.gpu->shim}};
   }
   if (Since(m, 6)) {
-    j["capture_path"] = {{"path", m.capture_path.path},
-                         {"requested", m.capture_path.requested},
+    j["capture_path"] = {{"path", CapturePathName(m.capture_path.path)},
+                         {"requested", CapturePathName(m.capture_path.requested)},
                          {"reason", m.capture_path.reason}};
     if (!m.capture_path.has_process()) j.erase("criu");
   }

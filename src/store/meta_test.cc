@@ -381,7 +381,7 @@ namespace {
 
 SnapshotMeta RootfsSample() {
   SnapshotMeta m = Sample();
-  m.capture_path = {"rootfs", "auto", "the tree holds an io_uring instance (pid 4712, fd 5)"};
+  m.capture_path = {CapturePath::kRootfs, CapturePath::kAuto, "the tree holds an io_uring instance (pid 4712, fd 5)"};
   m.criu_version.clear();
   m.pids.clear();
   m.files.clear();
@@ -409,8 +409,8 @@ TEST(SnapshotMeta16, ARootfsSnapshotRoundTripsWithoutCriu) {
   EXPECT_EQ(nlohmann::json::parse(text).count("criu"), 0u) << text;
   auto parsed = SnapshotMetaFromJson(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  EXPECT_EQ(parsed->capture_path.path, "rootfs");
-  EXPECT_EQ(parsed->capture_path.requested, "auto");
+  EXPECT_EQ(parsed->capture_path.path, CapturePath::kRootfs);
+  EXPECT_EQ(parsed->capture_path.requested, CapturePath::kAuto);
   EXPECT_EQ(parsed->capture_path.reason, RootfsSample().capture_path.reason);
   ASSERT_TRUE(parsed->rootfs.has_value());
   EXPECT_EQ(parsed->rootfs->image, "localhost/app:1");
@@ -426,7 +426,7 @@ TEST(SnapshotMeta16, ARootfsSnapshotRoundTripsWithoutCriu) {
 TEST(SnapshotMeta16, AProcessSnapshotRecordsItsPathAndNeedsCriu) {
   auto parsed = SnapshotMetaFromJson(SnapshotMetaToJson(Sample()));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  EXPECT_EQ(parsed->capture_path.path, "process");
+  EXPECT_EQ(parsed->capture_path.path, CapturePath::kProcess);
   EXPECT_FALSE(parsed->rootfs.has_value());
   nlohmann::json j = nlohmann::json::parse(SnapshotMetaToJson(Sample()));
   j.erase("criu");
@@ -462,7 +462,7 @@ TEST(SnapshotMeta16, MissingOrBadFieldsAreRefusedNamingThem) {
   old["schema_version"] = "1.5";
   auto parsed = SnapshotMetaFromJson(Reseal(old));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  EXPECT_EQ(parsed->capture_path.path, "process");
+  EXPECT_EQ(parsed->capture_path.path, CapturePath::kProcess);
 }
 
 }  // namespace
