@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "chunks/chunk_lock.h"
 #include "cuda/driver.h"
 #include "cuda/gpu_map.h"
 #include "gpusnap/operations.h"
-#include "gpushare/control/chunk_lock.h"
 #include "gpushare/control/preload.h"
 #include "gpushare/control/tree.h"
 #include "snapshot/phases.h"
@@ -33,7 +33,7 @@ struct GpuStep {
   std::chrono::seconds timeout{600};     // for the driver's restore
   gpushare::control::PendingPreload* preload = nullptr;  // gpushare: the preload started earlier (may be invalid)
   // gpushare: held shared until every chunk is loaded, then released (may be empty).
-  std::optional<gpushare::control::ChunkStoreLock>* chunk_lock = nullptr;
+  std::optional<chunks::ChunkStoreLock>* chunk_lock = nullptr;
   // gpushare: called before the processes load what was not preloaded (a
   // restore of a reference waits for its chunks there); empty: nothing.
   std::function<Status()> before_load;

@@ -44,6 +44,7 @@
 #include <memory>
 #include <optional>
 
+#include "chunks/chunk_lock.h"
 #include "criu/bundle.h"
 #include "criu/lazy_pages.h"
 #include "criu/operation.h"
@@ -51,7 +52,6 @@
 #include "cuda/gpu_map.h"
 #include "gpu/processes.h"
 #include "gpusnap/operations.h"
-#include "gpushare/control/chunk_lock.h"
 #include "gpushare/control/preload.h"
 #include "gpushare/control/tree.h"
 #include "ns/reaper.h"
@@ -91,7 +91,7 @@ struct RestoreRun {
   std::atomic<bool> criu_done{false};   // the digests' pace: until then they follow CRIU's reads
   std::shared_ptr<cuda::Driver> driver;  // shared: a driver call that never returns keeps it alive past ours
   cuda::GpuMap gpu_map;
-  std::optional<control::ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
+  std::optional<chunks::ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
   control::PendingPreload preload;
   ns::SpawnedReaper reaper;
   bool into_container = false;
@@ -209,8 +209,8 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
         gpu::CheckCompatible(*meta.gpu, here, kernel_driver, run.gpu_map).Wrap("refusing to restore"));
     if (meta.gpu->gpushare) {
       GPUSNAP_ASSIGN_OR_RETURN(run.chunk_lock,
-                               control::ChunkStoreLock::Acquire(store.root(), control::ChunkStoreLock::Mode::kShared,
-                                                                control::kChunkWriterWaitMs));
+                               chunks::ChunkStoreLock::Acquire(store.root(), chunks::ChunkStoreLock::Mode::kShared,
+                                                               chunks::kChunkWriterWaitMs));
       GPUSNAP_RETURN_IF_ERROR(
           control::CheckManifests(store.root(), gpu_dir, meta.gpu->ns_pids, run.Arriving()).Wrap("refusing to restore"));
       run.preload = control::StartPreload(run.driver->path(), store.root(), gpu_dir, meta.gpu->ns_pids,

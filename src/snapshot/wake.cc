@@ -29,12 +29,12 @@
 #include <optional>
 #include <thread>
 
+#include "chunks/chunk_lock.h"
 #include "cuda/gpu_map.h"
 #include "cuda/gpus.h"
 #include "gpu/processes.h"
 #include "gpu/wake_fit.h"
 #include "gpusnap/operations.h"
-#include "gpushare/control/chunk_lock.h"
 #include "gpushare/control/preload.h"
 #include "gpushare/control/tree.h"
 #include "proc/proc.h"
@@ -60,7 +60,7 @@ struct WakeRun {
   std::shared_ptr<cuda::Driver> driver;  // shared: a driver call that never returns keeps it alive past ours
   std::optional<cuda::PrimaryContexts> contexts;  // the target GPUs', kept made for the preload; after `driver`
   cuda::GpuMap gpu_map;
-  std::optional<control::ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
+  std::optional<chunks::ChunkStoreLock> chunk_lock;  // gpushare: held shared until every chunk is loaded
   control::PendingPreload preload;
   bool touched = false;  // the GPU step began: a failure from here ends the standby
 
@@ -102,8 +102,8 @@ Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun&
   if (!m.gpu) return Status::Error(Code::kInternal, "standby `{}`: snapshot `{}` holds no GPU state", w.name, m.id);
   std::string gpu_dir = run.store->SnapshotDir(m.id) + "/" + SnapshotFiles::kGpuDir;
   if (m.gpu->gpushare) {
-    auto lock = control::ChunkStoreLock::Acquire(store_root, control::ChunkStoreLock::Mode::kShared,
-                                                 control::kChunkWriterWaitMs);
+    auto lock = chunks::ChunkStoreLock::Acquire(store_root, chunks::ChunkStoreLock::Mode::kShared,
+                                                chunks::kChunkWriterWaitMs);
     if (!lock.ok()) return refused(lock.status());
     run.chunk_lock = std::move(lock).value();
     GPUSNAP_RETURN_IF_ERROR(refused(control::CheckManifests(store_root, gpu_dir, m.gpu->ns_pids)));
