@@ -1,6 +1,6 @@
 // What a garbage collection of the gpushare chunk store decided and did
 // (CollectGarbage in gpusnap/operations.h; the rules in
-// src/gpushare/control/chunk_gc.h).
+// src/chunks/chunk_gc.h).
 #pragma once
 
 #include <cstdint>

@@ -147,7 +147,7 @@ struct GcOptions {
   bool dry_run = false;         // decide and report; delete nothing
   int wait_ms = 0;              // how long to wait for checkpoints writing chunks
   // Bytes of chunks no manifest names to keep, the most recently used
-  // (src/gpushare/control/chunk_gc.h). Unset: the store's chunk_cache_bytes
+  // (src/chunks/chunk_gc.h). Unset: the store's chunk_cache_bytes
   // (<store>/config.json, src/store/config.h), else 0 (none kept).
   std::optional<uint64_t> keep_unused_bytes;
 };

@@ -16,8 +16,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "gpushare/common/chunk_store.h"
-#include "gpushare/control/chunk_lock.h"
+#include "chunks/chunk_lock.h"
+#include "chunks/chunk_store.h"
 #include "gpusnap/distribution.h"
 #include "registry/artifact.h"
 #include "registry/client.h"
@@ -156,12 +156,12 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
 
 // A chunk into the chunk store, checked twice: the bytes against the blob's
 // SHA-256 as they stream, then against the XXH3 name the artifact maps it to.
-Status FetchChunk(RegistryClient& client, const std::string& repo, const gpushare::ChunkStore& chunks,
+Status FetchChunk(RegistryClient& client, const std::string& repo, const chunks::ChunkStore& chunk_store,
                   const ArtifactChunk& c, const std::string& ref, registry::TransferMeter& meter,
                   const std::function<void(std::string)>& wrote) {
-  if (c.blob.size == 0 || c.blob.size > gpushare::kChunkBytes)
+  if (c.blob.size == 0 || c.blob.size > chunks::kChunkBytes)
     return Status::Error(Code::kInvalidArgument, "`{}`: chunk {} is {} bytes, not 1..{}", ref, c.xxh3, c.blob.size,
-                         gpushare::kChunkBytes);
+                         chunks::kChunkBytes);
   std::vector<char> buf(c.blob.size);
   uint64_t have = 0;
   Sha256 hash;
@@ -177,13 +177,13 @@ Status FetchChunk(RegistryClient& client, const std::string& repo, const gpushar
   std::string hex = hash.HexFinal();
   if (have != c.blob.size || registry::BlobDigest(hex) != c.blob.digest)
     return Mismatch(ref, c.blob, fmt::format("chunk {}", c.xxh3), hex);
-  gpushare::ChunkDigest name = gpushare::ComputeChunkDigest(buf.data(), have);
-  if (gpushare::DigestHex(name) != c.xxh3)
+  chunks::ChunkDigest name = chunks::ComputeChunkDigest(buf.data(), have);
+  if (chunks::DigestHex(name) != c.xxh3)
     return Status::Error(Code::kCorruption, "`{}`: blob {} is mapped to chunk {}, but its bytes are chunk {}; not stored",
-                         ref, c.blob.digest, c.xxh3, gpushare::DigestHex(name));
-  gpushare::SaveStats stats;
-  GPUSNAP_RETURN_IF_ERROR(chunks.SaveChunk(buf.data(), have, &stats).status());
-  if (stats.chunks_written) wrote(chunks.ChunkPath(name));
+                         ref, c.blob.digest, c.xxh3, chunks::DigestHex(name));
+  chunks::SaveStats stats;
+  GPUSNAP_RETURN_IF_ERROR(chunk_store.SaveChunk(buf.data(), have, &stats).status());
+  if (stats.chunks_written) wrote(chunk_store.ChunkPath(name));
   meter.BlobMoved();
   return Status::Ok();
 }
@@ -306,10 +306,10 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   // the snapshot names them.
   p->dir_ = pulls + "/" + hex;
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(p->dir_, 0700));
-  GPUSNAP_ASSIGN_OR_RETURN(p->chunk_lock_, gpushare::control::ChunkStoreLock::Acquire(
-                                               store.root(), gpushare::control::ChunkStoreLock::Mode::kShared,
-                                               gpushare::control::kChunkWriterWaitMs));
-  GPUSNAP_ASSIGN_OR_RETURN(p->chunks_, gpushare::ChunkStore::Open(store.root()));
+  GPUSNAP_ASSIGN_OR_RETURN(p->chunk_lock_, chunks::ChunkStoreLock::Acquire(
+                                               store.root(), chunks::ChunkStoreLock::Mode::kShared,
+                                               chunks::kChunkWriterWaitMs));
+  GPUSNAP_ASSIGN_OR_RETURN(p->chunks_, chunks::ChunkStore::Open(store.root()));
   uint64_t total = config.size();
   for (const auto& f : p->artifact_.files) total += f.blob.size;
   for (const auto& c : p->artifact_.chunks) total += c.blob.size;
@@ -334,9 +334,9 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
     if (it == by_name.end())
       return Status::Error(Code::kCorruption, "`{}`: its chunk manifests name chunk {}, which it does not hold", r, c);
     named.insert(c);
-    std::string path = gpushare::ChunksDir(store.root()) + "/" + c.substr(0, 2) + "/" + c;
+    std::string path = chunks::ChunksDir(store.root()) + "/" + c.substr(0, 2) + "/" + c;
     if (::access(path.c_str(), F_OK) == 0) {
-      p->chunks_->MarkUsed(*gpushare::ParseDigestHex(c));  // a pull that needs it is a use (the chunk cache's LRU)
+      p->chunks_->MarkUsed(*chunks::ParseDigestHex(c));  // a pull that needs it is a use (the chunk cache's LRU)
       p->meter_->BlobSkipped(it->second->blob.size);
     } else {
       missing.push_back(it->second);

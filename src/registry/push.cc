@@ -11,7 +11,7 @@
 
 #include <cstring>
 
-#include "gpushare/common/chunk_store.h"
+#include "chunks/chunk_store.h"
 #include "gpusnap/distribution.h"
 #include "registry/artifact.h"
 #include "registry/client.h"
@@ -113,10 +113,10 @@ Result<TransferResult> Push(const PushOptions& o) {
     items.push_back({dir + "/" + path, "", {}});
   }
   GPUSNAP_ASSIGN_OR_RETURN(std::set<std::string> chunks, registry::ChunksNamed(dir, meta));
-  GPUSNAP_ASSIGN_OR_RETURN(auto chunk_store, gpushare::ChunkStore::Open(store.root()));
+  GPUSNAP_ASSIGN_OR_RETURN(auto chunk_store, chunks::ChunkStore::Open(store.root()));
   std::vector<std::string> chunk_names(chunks.begin(), chunks.end());
   for (const std::string& hex : chunk_names) {
-    std::string path = gpushare::ChunksDir(store.root()) + "/" + hex.substr(0, 2) + "/" + hex;
+    std::string path = chunks::ChunksDir(store.root()) + "/" + hex.substr(0, 2) + "/" + hex;
     struct stat st{};
     if (::stat(path.c_str(), &st) != 0)
       return Status::Errno(errno, "refusing to push `{}`: its chunk `{}`", meta.id, path);

@@ -1,8 +1,8 @@
 #include "registry/snapshot_blobs.h"
 
-#include "gpushare/common/chunk_manifest.h"
-#include "gpushare/common/chunk_store.h"
-#include "gpushare/control/chunk_gc.h"
+#include "chunks/chunk_gc.h"
+#include "chunks/chunk_manifest.h"
+#include "chunks/chunk_store.h"
 #include "store/layout.h"
 #include "util/files.h"
 
@@ -13,7 +13,7 @@ std::vector<std::string> ManifestFiles(const SnapshotMeta& meta) {
   std::vector<std::string> names;
   for (const auto& [path, _] : meta.files)
     if (path.starts_with(prefix)) names.push_back(path.substr(prefix.size()));
-  return gpushare::control::SnapshotManifests(meta, names);
+  return chunks::SnapshotManifests(meta, names);
 }
 
 Result<std::vector<std::string>> ChunksInLoadOrder(const std::string& dir, const SnapshotMeta& meta) {
@@ -22,10 +22,10 @@ Result<std::vector<std::string>> ChunksInLoadOrder(const std::string& dir, const
   for (const std::string& rel : ManifestFiles(meta)) {
     std::string path = dir + "/" + rel;
     GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-    GPUSNAP_ASSIGN_OR_RETURN(auto m, gpushare::DecodeChunkManifest(bytes, path));
-    for (const gpushare::ChunkedAllocation& a : m.allocations)
-      for (const gpushare::ChunkRef& ref : a.chunks)
-        if (std::string hex = gpushare::DigestHex(ref.digest); !ref.zero && seen.insert(hex).second)
+    GPUSNAP_ASSIGN_OR_RETURN(auto m, chunks::DecodeChunkManifest(bytes, path));
+    for (const chunks::ChunkedAllocation& a : m.allocations)
+      for (const chunks::ChunkRef& ref : a.chunks)
+        if (std::string hex = chunks::DigestHex(ref.digest); !ref.zero && seen.insert(hex).second)
           order.push_back(hex);
   }
   return order;

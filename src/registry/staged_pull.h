@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "gpushare/common/chunk_store.h"
-#include "gpushare/control/chunk_lock.h"
+#include "chunks/chunk_lock.h"
+#include "chunks/chunk_store.h"
 #include "gpusnap/distribution.h"
 #include "gpusnap/snapshot.h"
 #include "registry/artifact.h"
@@ -68,8 +68,8 @@ class StagedPull {
   std::string meta_json_;
   std::string dir_, final_dir_;
   std::optional<LockFile> turn_;
-  std::optional<gpushare::control::ChunkStoreLock> chunk_lock_;
-  std::optional<gpushare::ChunkStore> chunks_;
+  std::optional<chunks::ChunkStoreLock> chunk_lock_;
+  std::optional<chunks::ChunkStore> chunks_;
   std::unique_ptr<TransferMeter> meter_;
   std::set<std::string> arriving_;
   TransferResult result_;

@@ -39,12 +39,12 @@
 #include <cstdlib>
 #include <optional>
 
+#include "chunks/chunk_lock.h"
 #include "criu/bundle.h"
 #include "criu/operation.h"
 #include "criu/options.h"
 #include "gpu/processes.h"
 #include "gpusnap/operations.h"
-#include "gpushare/control/chunk_lock.h"
 #include "gpushare/control/tree.h"
 #include "proc/proc.h"
 #include "snapshot/capture_path.h"
@@ -80,7 +80,7 @@ struct CheckpointRun {
   std::optional<Store> store;
   std::optional<PendingSnapshot> pending;
   SnapshotMeta meta;
-  std::optional<gpushare::control::ChunkStoreLock> chunk_lock;
+  std::optional<chunks::ChunkStoreLock> chunk_lock;
   std::vector<pid_t> restore_tids;
   bool published = false;
 
@@ -209,12 +209,12 @@ Result<SnapshotMeta> TakeCheckpoint(const CheckpointOptions& options, Phases& ph
   // 4. gpushare: the device memory to the chunk store. From here to the end,
   // gpusnap holds the chunk store lock shared: no chunk the release finds
   // present, and none the undo reads, can be collected before a published
-  // manifest names it (gpushare/control/chunk_lock.h).
+  // manifest names it (chunks/chunk_lock.h).
   if (!run.shim_procs.empty()) {
     GPUSNAP_ASSIGN_OR_RETURN(run.chunk_lock,
-                             gpushare::control::ChunkStoreLock::Acquire(
-                                 store.root(), gpushare::control::ChunkStoreLock::Mode::kShared,
-                                 gpushare::control::kChunkWriterWaitMs));
+                             chunks::ChunkStoreLock::Acquire(
+                                 store.root(), chunks::ChunkStoreLock::Mode::kShared,
+                                 chunks::kChunkWriterWaitMs));
     pause_start = std::chrono::steady_clock::now();
     phases.Start("gpushare-release");
     std::string manifests = run.ManifestDir();

@@ -21,8 +21,8 @@ Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& c
   gpu.chunk_store = chunk_store;
   gpu.gpu_dir = snapshot_dir + "/" + SnapshotFiles::kGpuDir;
   if (meta.gpu->gpushare) {
-    auto lock = control::ChunkStoreLock::Acquire(chunk_store, control::ChunkStoreLock::Mode::kShared,
-                                                 control::kChunkWriterWaitMs);
+    auto lock = chunks::ChunkStoreLock::Acquire(chunk_store, chunks::ChunkStoreLock::Mode::kShared,
+                                                chunks::kChunkWriterWaitMs);
     if (!lock.ok()) return lock.status().Wrap(refusing);
     gpu.chunk_lock = std::move(lock).value();
     GPUSNAP_RETURN_IF_ERROR(
@@ -40,7 +40,7 @@ Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& c
 }
 
 void StartGpusharePreload(GpuRestore& gpu, const SnapshotMeta& meta, std::chrono::milliseconds arrival_wait,
-                          gpushare::ChunkStore::Bringer bringer, unsigned threads) {
+                          chunks::ChunkStore::Bringer bringer, unsigned threads) {
   gpu.preload = control::StartPreload(gpu.driver->path(), gpu.chunk_store, gpu.gpu_dir, meta.gpu->ns_pids,
                                       [map = gpu.gpu_map, here = gpu.here](const cuda::Uuid& uuid) {
                                         return cuda::OrdinalAfterMap(uuid, map, here);

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "chunks/chunk_lock.h"
 #include "cuda/driver.h"
 #include "cuda/gpu_map.h"
 #include "gpusnap/operations.h"
-#include "gpushare/control/chunk_lock.h"
 #include "gpushare/control/preload.h"
 #include "gpushare/control/tree.h"
 #include "snapshot/phases.h"
@@ -33,7 +33,7 @@ struct GpuRestore {
   std::string chunk_store;               // the store's root
   std::string gpu_dir;                   // the snapshot's gpu/ (gpushare manifests)
   // gpushare: held shared from the plan until every chunk is loaded.
-  std::optional<gpushare::control::ChunkStoreLock> chunk_lock;
+  std::optional<chunks::ChunkStoreLock> chunk_lock;
   gpushare::control::PendingPreload preload;  // gpushare: once started (StartGpusharePreload)
 
   // The device ordinal here of the GPU checkpointed as `uuid`, after the map.
@@ -55,7 +55,7 @@ Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& c
 // (gpushare/control/preload.h), on the mapped GPUs. `arrival_wait` and
 // `bringer` as StartPreload takes them (a restore that pulls as it goes).
 void StartGpusharePreload(GpuRestore& gpu, const SnapshotMeta& meta, std::chrono::milliseconds arrival_wait,
-                          gpushare::ChunkStore::Bringer bringer, unsigned threads);
+                          chunks::ChunkStore::Bringer bringer, unsigned threads);
 
 // What the GPU step acts on. The pointers are the story's, and outlive the call.
 struct GpuStep {

@@ -1,12 +1,12 @@
 // Removing snapshots and collecting the chunks they leave behind
-// (gpusnap/operations.h; the mechanism is src/gpushare/control/chunk_gc.h).
+// (gpusnap/operations.h; the mechanism is src/chunks/chunk_gc.h).
 #include <unistd.h>
 
 #include <optional>
 
-#include "gpushare/control/chunk_gc.h"
-#include "gpushare/control/chunk_lock.h"
-#include "gpushare/common/chunk_store.h"
+#include "chunks/chunk_gc.h"
+#include "chunks/chunk_lock.h"
+#include "chunks/chunk_store.h"
 #include "gpusnap/operations.h"
 #include "store/config.h"
 #include "store/store.h"
@@ -28,11 +28,11 @@ Result<uint64_t> CacheLimit(const Store& store, std::optional<uint64_t> keep_unu
 // A store without chunks/ has never held a gpushare snapshot: nothing to collect.
 Result<GcResult> LockAndCollect(const Store& store, bool dry_run, int wait_ms,
                                 std::optional<uint64_t> keep_unused_bytes) {
-  using gpushare::control::ChunkStoreLock;
-  if (::access(gpushare::ChunksDir(store.root()).c_str(), F_OK) != 0) return GcResult{};
+  using chunks::ChunkStoreLock;
+  if (::access(chunks::ChunksDir(store.root()).c_str(), F_OK) != 0) return GcResult{};
   GPUSNAP_ASSIGN_OR_RETURN(uint64_t limit, CacheLimit(store, keep_unused_bytes));
   GPUSNAP_ASSIGN_OR_RETURN(auto lock, ChunkStoreLock::Acquire(store.root(), ChunkStoreLock::Mode::kExclusive, wait_ms));
-  return gpushare::control::CollectChunks(store, lock, dry_run, limit);
+  return chunks::CollectChunks(store, lock, dry_run, limit);
 }
 
 }  // namespace

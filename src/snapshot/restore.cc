@@ -54,6 +54,7 @@
 #include <memory>
 #include <optional>
 
+#include "chunks/chunk_lock.h"
 #include "criu/bundle.h"
 #include "criu/lazy_pages.h"
 #include "criu/operation.h"
@@ -61,7 +62,6 @@
 #include "cuda/gpu_map.h"
 #include "gpu/processes.h"
 #include "gpusnap/operations.h"
-#include "gpushare/control/chunk_lock.h"
 #include "gpushare/control/preload.h"
 #include "gpushare/control/tree.h"
 #include "ns/reaper.h"

@@ -29,12 +29,12 @@
 #include <optional>
 #include <thread>
 
+#include "chunks/chunk_lock.h"
 #include "cuda/gpu_map.h"
 #include "cuda/gpus.h"
 #include "gpu/processes.h"
 #include "gpu/wake_fit.h"
 #include "gpusnap/operations.h"
-#include "gpushare/control/chunk_lock.h"
 #include "gpushare/control/preload.h"
 #include "gpushare/control/tree.h"
 #include "proc/proc.h"

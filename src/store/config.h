@@ -6,7 +6,7 @@
 //
 //   chunk_cache_bytes  how many bytes of gpushare chunks that no snapshot
 //                      names a collection keeps, the most recently used
-//                      (src/gpushare/control/chunk_gc.h); an integer >= 0 or
+//                      (src/chunks/chunk_gc.h); an integer >= 0 or
 //                      a size as util/byte_size.h reads it. Default 0: every
 //                      such chunk goes. `gpusnap gc --keep-unused` overrides it.
 //

@@ -22,8 +22,8 @@ std::vector<ChunkJob> ChunkJobs(const std::vector<DeviceRange>& ranges) {
   std::vector<ChunkJob> jobs;
   for (size_t r = 0; r < ranges.size(); ++r) {
     size_t i = 0;
-    for (uint64_t off = 0; off < ranges[r].size; off += kChunkBytes, ++i)
-      jobs.push_back({r, i, off, std::min(kChunkBytes, ranges[r].size - off)});
+    for (uint64_t off = 0; off < ranges[r].size; off += chunks::kChunkBytes, ++i)
+      jobs.push_back({r, i, off, std::min(chunks::kChunkBytes, ranges[r].size - off)});
   }
   return jobs;
 }
@@ -83,8 +83,8 @@ Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buff
   return failure.Get();
 }
 
-Status FillFromChunks(const RealDriver& d, const ChunkStore& store, const std::vector<DeviceRange>& ranges,
-                      const std::vector<const ChunkedAllocation*>& sources, unsigned threads) {
+Status FillFromChunks(const RealDriver& d, const chunks::ChunkStore& store, const std::vector<DeviceRange>& ranges,
+                      const std::vector<const chunks::ChunkedAllocation*>& sources, unsigned threads) {
   std::vector<ChunkJob> jobs = ChunkJobs(ranges);
   if (jobs.empty()) return Status::Ok();
   constexpr int kBuffers = 2;
@@ -102,7 +102,7 @@ Status FillFromChunks(const RealDriver& d, const ChunkStore& store, const std::v
         }
         const ChunkJob& job = jobs[j];
         const DeviceRange& r = ranges[job.range];
-        const ChunkRef& ref = sources[job.range]->chunks[job.index];
+        const chunks::ChunkRef& ref = sources[job.range]->chunks[job.index];
         if (ref.length != job.length)
           return Status::Error(Code::kCorruption, "chunk {} of {:#x} has {} bytes, expected {}", job.index,
                                sources[job.range]->va, ref.length, job.length);
@@ -115,7 +115,7 @@ Status FillFromChunks(const RealDriver& d, const ChunkStore& store, const std::v
           pending[0] = stream;
           return Status::Ok();
         }
-        GPUSNAP_ASSIGN_OR_RETURN(ChunkReader reader, ChunkReader::Open(store, ref));
+        GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkReader reader, chunks::ChunkReader::Open(store, ref));
         for (uint64_t off = 0; reader.remaining() > 0;) {
           size_t slot = staging.turn++ % kBuffers;
           GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(r.context, slot));

@@ -9,7 +9,7 @@
 #include <map>
 #include <vector>
 
-#include "gpushare/common/chunk_store.h"
+#include "chunks/chunk_store.h"
 #include "gpushare/common/driver_table.h"
 #include "gpusnap/status.h"
 
@@ -66,8 +66,8 @@ Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buff
 // into its two pinned buffers in turn, and copies each piece on while reading
 // the next; zero chunks are a memset. A chunk's digest is checked as its
 // pieces go by, and a mismatch fails the fill (kCorruption).
-Status FillFromChunks(const RealDriver& d, const ChunkStore& store, const std::vector<DeviceRange>& ranges,
-                      const std::vector<const ChunkedAllocation*>& sources, unsigned threads);
+Status FillFromChunks(const RealDriver& d, const chunks::ChunkStore& store, const std::vector<DeviceRange>& ranges,
+                      const std::vector<const chunks::ChunkedAllocation*>& sources, unsigned threads);
 
 // The value of the environment variable `name` if it is 1..64, else `fallback`.
 unsigned ThreadsFromEnv(const char* name, unsigned fallback);

@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "chunks/chunk_manifest.h"
+#include "chunks/chunk_store.h"
 #include "gpushare/common/chunk_copy.h"
-#include "gpushare/common/chunk_manifest.h"
-#include "gpushare/common/chunk_store.h"
 #include "gpushare/control/tree.h"
 #include "util/files.h"
 
@@ -19,7 +19,8 @@ namespace gpusnap::gpushare::control {
 Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const std::string& chunk_store,
                                               const std::vector<PreloadTarget>& targets,
                                               const PreloadDevice& device_for, unsigned threads,
-                                              std::chrono::milliseconds arrival_wait, ChunkStore::Bringer bringer) {
+                                              std::chrono::milliseconds arrival_wait,
+                                              chunks::ChunkStore::Bringer bringer) {
   // The library this process loaded already: the same handle, cuInit done.
   void* lib = ::dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (lib == nullptr) return Status::Error(Code::kNotFound, "preload: loading `{}`: {}", libcuda, ::dlerror());
@@ -28,13 +29,13 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
   const RealDriver& d = out.d_;
   if (!d.missing.empty())
     return Status::Error(Code::kNotSupported, "preload: the driver `{}` has no {}", libcuda, d.missing);
-  GPUSNAP_ASSIGN_OR_RETURN(ChunkStore opened, ChunkStore::Open(chunk_store));
-  ChunkStore store = opened.WithArrivalWait(arrival_wait, std::move(bringer));
+  GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkStore opened, chunks::ChunkStore::Open(chunk_store));
+  chunks::ChunkStore store = opened.WithArrivalWait(arrival_wait, std::move(bringer));
 
-  std::vector<ChunkManifest> manifests;
+  std::vector<chunks::ChunkManifest> manifests;
   for (const PreloadTarget& t : targets) {
     GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(t.manifest_path));
-    GPUSNAP_ASSIGN_OR_RETURN(ChunkManifest m, DecodeChunkManifest(bytes, t.manifest_path));
+    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest m, chunks::DecodeChunkManifest(bytes, t.manifest_path));
     manifests.push_back(std::move(m));
   }
   auto since = [t = std::chrono::steady_clock::now()] {
@@ -42,10 +43,10 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
   };
   std::map<int, abi::CUcontext> contexts;  // by this process's ordinal
   std::vector<DeviceRange> ranges;
-  std::vector<const ChunkedAllocation*> sources;
+  std::vector<const chunks::ChunkedAllocation*> sources;
   for (size_t t = 0; t < targets.size(); ++t) {
-    for (const ChunkedAllocation& a : manifests[t].allocations) {
-      if (a.origin != AllocationOrigin::kShim || a.size == 0) continue;
+    for (const chunks::ChunkedAllocation& a : manifests[t].allocations) {
+      if (a.origin != chunks::AllocationOrigin::kShim || a.size == 0) continue;
       std::optional<int> ordinal = device_for(a.device_uuid);
       if (!ordinal) continue;
       auto ctx = contexts.find(*ordinal);
@@ -101,7 +102,7 @@ PreloadedMemory::~PreloadedMemory() {
 
 PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
                             const std::vector<int>& ns_pids, PreloadDevice device_for,
-                            std::chrono::milliseconds arrival_wait, ChunkStore::Bringer bringer,
+                            std::chrono::milliseconds arrival_wait, chunks::ChunkStore::Bringer bringer,
                             unsigned default_threads) {
   const char* enabled = std::getenv("GPUSNAP_GPUSHARE_PRELOAD");
   if (enabled != nullptr && std::string_view(enabled) == "0") return {};

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "gpushare/common/chunk_store.h"
+#include "chunks/chunk_store.h"
 #include "gpushare/common/driver_table.h"
 #include "gpusnap/status.h"
 #include "util/beside.h"
@@ -55,7 +55,7 @@ class PreloadedMemory {
                                       const std::vector<PreloadTarget>& targets, const PreloadDevice& device_for,
                                       unsigned threads,
                                       std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0),
-                                      ChunkStore::Bringer bringer = {});
+                                      chunks::ChunkStore::Bringer bringer = {});
 
   PreloadedMemory(PreloadedMemory&&) = default;
   PreloadedMemory& operator=(PreloadedMemory&&) = default;
@@ -103,6 +103,7 @@ using PendingPreload = std::future<Timed<Result<PreloadedMemory>>>;
 PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
                             const std::vector<int>& ns_pids, PreloadDevice device_for,
                             std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0),
-                            ChunkStore::Bringer bringer = {}, unsigned default_threads = kPreloadThreadsBesideCriu);
+                            chunks::ChunkStore::Bringer bringer = {},
+                            unsigned default_threads = kPreloadThreadsBesideCriu);
 
 }  // namespace gpusnap::gpushare::control

@@ -15,9 +15,9 @@
 #include <future>
 #include <thread>
 
-#include "gpushare/control/chunk_lock.h"
-#include "gpushare/common/chunk_manifest.h"
-#include "gpushare/common/chunk_store.h"
+#include "chunks/chunk_lock.h"
+#include "chunks/chunk_manifest.h"
+#include "chunks/chunk_store.h"
 #include "gpushare/common/control_client.h"
 #include "proc/proc.h"
 #include "util/files.h"
@@ -388,11 +388,11 @@ Status CheckManifests(const std::string& chunk_store, const std::string& manifes
   for (int ns_pid : ns_pids) {
     std::string path = ManifestPath(manifest_dir, {0, ns_pid, ""});
     GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-    GPUSNAP_ASSIGN_OR_RETURN(ChunkManifest manifest, DecodeChunkManifest(bytes, path));
-    GPUSNAP_ASSIGN_OR_RETURN(ChunkStore store, ChunkStore::Open(chunk_store));
-    for (const ChunkedAllocation& a : manifest.allocations) {
-      for (const ChunkRef& ref : a.chunks) {
-        if (ref.zero || arriving.contains(DigestHex(ref.digest))) continue;
+    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, chunks::DecodeChunkManifest(bytes, path));
+    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkStore store, chunks::ChunkStore::Open(chunk_store));
+    for (const chunks::ChunkedAllocation& a : manifest.allocations) {
+      for (const chunks::ChunkRef& ref : a.chunks) {
+        if (ref.zero || arriving.contains(chunks::DigestHex(ref.digest))) continue;
         std::string chunk = store.ChunkPath(ref.digest);
         struct stat st{};
         if (::stat(chunk.c_str(), &st) != 0)
@@ -412,8 +412,8 @@ Result<std::map<std::array<uint8_t, 16>, uint64_t>> DeviceBytesByGpu(const std::
   for (int ns_pid : ns_pids) {
     std::string path = ManifestPath(manifest_dir, {0, ns_pid, ""});
     GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-    GPUSNAP_ASSIGN_OR_RETURN(ChunkManifest manifest, DecodeChunkManifest(bytes, path));
-    for (const ChunkedAllocation& a : manifest.allocations) out[a.device_uuid] += a.size;
+    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, chunks::DecodeChunkManifest(bytes, path));
+    for (const chunks::ChunkedAllocation& a : manifest.allocations) out[a.device_uuid] += a.size;
   }
   return out;
 }
@@ -436,10 +436,8 @@ Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids)
   return out;
 }
 
-std::string SuspendedRoot(const std::string& store) { return store + "/suspended"; }
-
 std::string SuspendedDir(const std::string& store, const ShimProcess& p) {
-  return fmt::format("{}/{}", SuspendedRoot(store), p.pid);
+  return fmt::format("{}/{}", chunks::SuspendedRoot(store), p.pid);
 }
 
 Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,
@@ -447,7 +445,8 @@ Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& 
   // Each process keeps its manifest in a directory of its own.
   for (const ShimProcess& p : procs) GPUSNAP_RETURN_IF_ERROR(MakeDirs(SuspendedDir(store, p), 0700));
   GPUSNAP_ASSIGN_OR_RETURN(auto chunk_lock,
-                           ChunkStoreLock::Acquire(store, ChunkStoreLock::Mode::kShared, kChunkWriterWaitMs));
+                           chunks::ChunkStoreLock::Acquire(store, chunks::ChunkStoreLock::Mode::kShared,
+                                                           chunks::kChunkWriterWaitMs));
   return QuiesceAndRelease(procs, store, [&](const ShimProcess& p) { return ManifestPath(SuspendedDir(store, p), p); },
                            quiesce_timeout_ms, timings);
 }

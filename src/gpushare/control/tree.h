@@ -136,7 +136,6 @@ Result<std::map<std::array<uint8_t, 16>, uint64_t>> DeviceBytesByGpu(const std::
 // SuspendInPlace holds the chunk store lock shared (chunk_lock.h) until the
 // manifests are written.
 Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids);
-std::string SuspendedRoot(const std::string& store);  // <store>/suspended
 std::string SuspendedDir(const std::string& store, const ShimProcess& p);
 Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,
                       std::map<std::string, double>& timings);

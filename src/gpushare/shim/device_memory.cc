@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "chunks/chunk_store.h"
 #include "gpushare/common/chunk_copy.h"
-#include "gpushare/common/chunk_store.h"
 #include "util/files.h"
 
 namespace gpusnap::gpushare::shim {
@@ -229,13 +229,13 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   if (state_ != ShimState::kQuiesced)
     return Status::Error(Code::kFailedPrecondition, "release: the process is {}, not quiesced", StateName(state_));
   auto t0 = Clock::now();
-  GPUSNAP_ASSIGN_OR_RETURN(ChunkStore store, ChunkStore::Open(chunk_store));
+  GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkStore store, chunks::ChunkStore::Open(chunk_store));
   std::vector<TrackedAllocation> allocs;
   std::vector<std::vector<bool>> scratch;  // per allocation, its chunks the workload marked scratch
   {
     MutexLock lock(mu_);
     allocs = registry_.All();
-    for (const TrackedAllocation& a : allocs) scratch.push_back(registry_.ScratchChunks(a.va, kChunkBytes));
+    for (const TrackedAllocation& a : allocs) scratch.push_back(registry_.ScratchChunks(a.va, chunks::kChunkBytes));
   }
   // What is saved: the cuMemAlloc allocations, then the application's own VMM objects.
   GPUSNAP_ASSIGN_OR_RETURN(std::vector<TrackedAllocation> saved, ObjectRanges(/*released=*/false));
@@ -254,14 +254,14 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
       jobs.push_back(job);
     }
   }
-  ChunkManifest manifest;
+  chunks::ChunkManifest manifest;
   for (size_t i = 0; i < saved.size(); ++i) {
     const TrackedAllocation& a = saved[i];
-    ChunkedAllocation& c = manifest.allocations.emplace_back();
+    chunks::ChunkedAllocation& c = manifest.allocations.emplace_back();
     c.va = a.va;
     c.size = a.size;
     c.device = a.device;
-    c.origin = i < allocs.size() ? AllocationOrigin::kShim : AllocationOrigin::kApplication;
+    c.origin = i < allocs.size() ? chunks::AllocationOrigin::kShim : chunks::AllocationOrigin::kApplication;
     // The GPU by UUID too: gpusnap makes the memory of a restore itself, on
     // the GPU the device is mapped to then (preload.h).
     abi::CUdevice dev = 0;
@@ -269,21 +269,21 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
     if (Real().device_get(&dev, a.device) == abi::CUDA_SUCCESS &&
         Real().device_get_uuid(&uuid, dev) == abi::CUDA_SUCCESS)
       std::memcpy(c.device_uuid.data(), &uuid, sizeof(uuid));
-    c.chunks.resize((a.size + kChunkBytes - 1) / kChunkBytes);
+    c.chunks.resize((a.size + chunks::kChunkBytes - 1) / chunks::kChunkBytes);
     for (size_t k = 0; i < scratch.size() && k < scratch[i].size() && k < c.chunks.size(); ++k) {
       if (!scratch[i][k]) continue;
-      ChunkRef& ref = c.chunks[k];
+      chunks::ChunkRef& ref = c.chunks[k];
       ref.zero = ref.scratch = true;
-      ref.length = std::min(kChunkBytes, a.size - k * kChunkBytes);
+      ref.length = std::min(chunks::kChunkBytes, a.size - k * chunks::kChunkBytes);
     }
   }
   struct {
     Mutex mu;
-    SaveStats sum GUARDED_BY(mu);
+    chunks::SaveStats sum GUARDED_BY(mu);
   } stats;
   // Saving changes nothing in the process: a failure here leaves it as it was.
   // (A process that only maps other processes' memory has nothing to save.)
-  Status st = jobs.empty() ? Status::Ok() : RunChunkJobs(Real(), jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, kChunkBytes,
+  Status st = jobs.empty() ? Status::Ok() : RunChunkJobs(Real(), jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, chunks::kChunkBytes,
                            saved.empty() ? 0 : saved.front().context,
                            [&](Staging& staging, size_t j) -> Status {
                              if (j == SIZE_MAX) return Status::Ok();
@@ -293,7 +293,7 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
                              SHIM_CU(Real().copy_dtoh_async(staging.buffer(0), a.va + job.offset, job.length, stream),
                                      "cuMemcpyDtoHAsync");
                              SHIM_CU(Real().stream_synchronize(stream), "cuStreamSynchronize");
-                             SaveStats local;
+                             chunks::SaveStats local;
                              auto ref = store.SaveChunk(staging.buffer(0), job.length, &local);
                              if (!ref.ok()) return ref.status();
                              manifest.allocations[job.range].chunks[job.index] = *ref;
@@ -305,7 +305,7 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
                              return Status::Ok();
                            });
   if (!st.ok()) return st.Wrap("release: saving device memory");
-  GPUSNAP_RETURN_IF_ERROR(WriteFileAtomic(manifest_path, EncodeChunkManifest(manifest)).Wrap("release"));
+  GPUSNAP_RETURN_IF_ERROR(WriteFileAtomic(manifest_path, chunks::EncodeChunkManifest(manifest)).Wrap("release"));
   double save_s = SecondsSince(t0);
 
   // Now free the physical memory; the reservations keep the addresses.
@@ -386,11 +386,11 @@ Status DeviceMemory::MapBack(TrackedAllocation& a, abi::CUmemGenericAllocationHa
 }
 
 Status DeviceMemory::Fill(const std::string& chunk_store, const std::vector<TrackedAllocation>& allocs,
-                          const ChunkManifest& manifest) {
-  GPUSNAP_ASSIGN_OR_RETURN(ChunkStore store, ChunkStore::Open(chunk_store));
-  std::map<uint64_t, const ChunkedAllocation*> by_va;
-  for (const ChunkedAllocation& c : manifest.allocations) by_va[c.va] = &c;
-  std::vector<const ChunkedAllocation*> sources;
+                          const chunks::ChunkManifest& manifest) {
+  GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkStore store, chunks::ChunkStore::Open(chunk_store));
+  std::map<uint64_t, const chunks::ChunkedAllocation*> by_va;
+  for (const chunks::ChunkedAllocation& c : manifest.allocations) by_va[c.va] = &c;
+  std::vector<const chunks::ChunkedAllocation*> sources;
   for (const TrackedAllocation& a : allocs) {
     auto it = by_va.find(a.va);
     if (it == by_va.end() || it->second->size != a.size)
@@ -441,7 +441,7 @@ Status DeviceMemory::Load(const std::string& chunk_store, const std::string& man
     return Status::Error(Code::kFailedPrecondition, "load: the process is {}, not released", StateName(state_));
   auto t0 = Clock::now();
   GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(manifest_path));
-  GPUSNAP_ASSIGN_OR_RETURN(ChunkManifest manifest, DecodeChunkManifest(bytes, manifest_path));
+  GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, chunks::DecodeChunkManifest(bytes, manifest_path));
   std::vector<TrackedAllocation> allocs;
   {
     MutexLock lock(mu_);

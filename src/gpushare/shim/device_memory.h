@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chunks/chunk_manifest.h"
 #include "gpushare/shim/allocation_registry.h"
-#include "gpushare/common/chunk_manifest.h"
 #include "gpushare/shim/vmm_table.h"
 #include "gpushare/shim/real_driver.h"
 #include "gpushare/shim/work_gate.h"
@@ -117,7 +117,7 @@ class DeviceMemory {
   void DropIfUnused(uint64_t id) REQUIRES(mu_);
   nlohmann::json DescribeSharing();
   Status Fill(const std::string& chunk_store, const std::vector<TrackedAllocation>& allocs,
-              const ChunkManifest& manifest);
+              const chunks::ChunkManifest& manifest);
 
   Mutex mu_;
   AllocationRegistry registry_ GUARDED_BY(mu_);

@@ -1,4 +1,4 @@
-#include "gpushare/common/chunk_store.h"
+#include "chunks/chunk_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -21,7 +21,7 @@
 #include "util/files.h"
 #include "util/first_failure.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::chunks {
 
 namespace {
 
@@ -343,4 +343,4 @@ Status ChunkReader::Finish() {
   return Status::Ok();
 }
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::chunks

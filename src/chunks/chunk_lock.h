@@ -31,7 +31,7 @@
 #include "gpusnap/status.h"
 #include "util/fd.h"
 
-namespace gpusnap::gpushare::control {
+namespace gpusnap::chunks {
 
 // How long a writer (checkpoint, suspend) waits for a collection to end.
 inline constexpr int kChunkWriterWaitMs = 10 * 60 * 1000;
@@ -57,4 +57,4 @@ class ChunkStoreLock {
   Mode mode_;
 };
 
-}  // namespace gpusnap::gpushare::control
+}  // namespace gpusnap::chunks

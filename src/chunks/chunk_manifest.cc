@@ -1,8 +1,8 @@
-#include "gpushare/common/chunk_manifest.h"
+#include "chunks/chunk_manifest.h"
 
 #include <cstring>
 
-namespace gpusnap::gpushare {
+namespace gpusnap::chunks {
 
 namespace {
 
@@ -140,4 +140,6 @@ Result<ChunkManifest> DecodeChunkManifest(std::string_view bytes, std::string_vi
 
 std::string ChunkManifestName(int pid) { return fmt::format("gpu/{}.chunks", pid); }
 
-}  // namespace gpusnap::gpushare
+std::string SuspendedRoot(const std::string& store_root) { return store_root + "/suspended"; }
+
+}  // namespace gpusnap::chunks

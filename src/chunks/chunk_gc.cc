@@ -1,4 +1,4 @@
-#include "gpushare/control/chunk_gc.h"
+#include "chunks/chunk_gc.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,12 +7,11 @@
 #include <ctime>
 #include <filesystem>
 
-#include "gpushare/common/chunk_store.h"
-#include "gpushare/control/tree.h"
+#include "chunks/chunk_store.h"
 #include "store/layout.h"
 #include "util/files.h"
 
-namespace gpusnap::gpushare::control {
+namespace gpusnap::chunks {
 
 namespace {
 
@@ -91,7 +90,7 @@ Result<std::vector<ManifestSource>> FindManifests(const Store& store) {
     std::string owner = fmt::format("snapshot being written `{}`", t.dir);
     GPUSNAP_RETURN_IF_ERROR(AddDirManifests(t.dir + "/" + SnapshotFiles::kGpuDir, owner, out));
   }
-  std::string suspended = gpushare::control::SuspendedRoot(store.root());
+  std::string suspended = SuspendedRoot(store.root());
   GPUSNAP_ASSIGN_OR_RETURN(auto pids, NamesEndingIn(suspended, ""));
   for (const auto& pid : pids)
     GPUSNAP_RETURN_IF_ERROR(AddDirManifests(suspended + "/" + pid, "a process suspended in place", out));
@@ -224,4 +223,4 @@ Result<GcResult> CollectChunks(const Store& store, const ChunkStoreLock& lock, b
   return r;
 }
 
-}  // namespace gpusnap::gpushare::control
+}  // namespace gpusnap::chunks

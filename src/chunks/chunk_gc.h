@@ -36,14 +36,14 @@
 #include <string>
 #include <vector>
 
-#include "gpushare/control/chunk_lock.h"
-#include "gpushare/common/chunk_manifest.h"
+#include "chunks/chunk_lock.h"
+#include "chunks/chunk_manifest.h"
 #include "gpusnap/gc.h"
 #include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
 #include "store/store.h"
 
-namespace gpusnap::gpushare::control {
+namespace gpusnap::chunks {
 
 // Older temporaries of chunk writes belong to writes that were interrupted.
 inline constexpr int64_t kChunkTempMaxAgeS = 3600;
@@ -92,4 +92,4 @@ GcResult DecideSweep(const std::set<std::string>& live, const std::vector<ChunkS
 Result<GcResult> CollectChunks(const Store& store, const ChunkStoreLock& lock, bool dry_run,
                                uint64_t keep_unused_bytes);
 
-}  // namespace gpusnap::gpushare::control
+}  // namespace gpusnap::chunks

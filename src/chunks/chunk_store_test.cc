@@ -1,4 +1,4 @@
-#include "gpushare/common/chunk_store.h"
+#include "chunks/chunk_store.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include "util/files.h"
 #include "util/temp_dir_testing.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::chunks {
 namespace {
 
 class ChunkStoreTest : public ::testing::Test {
@@ -368,4 +368,4 @@ TEST(ChunkDigestHexTest, ParsesWhatDigestHexPrintsAndNothingElse) {
 }
 
 }  // namespace
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::chunks

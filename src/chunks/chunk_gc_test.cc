@@ -1,4 +1,4 @@
-#include "gpushare/control/chunk_gc.h"
+#include "chunks/chunk_gc.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -9,12 +9,11 @@
 #include <functional>
 #include <optional>
 
-#include "gpushare/common/chunk_store.h"
-#include "gpushare/control/tree.h"
+#include "chunks/chunk_store.h"
 #include "util/files.h"
 #include "store/meta_testing.h"
 
-namespace gpusnap::gpushare::control {
+namespace gpusnap::chunks {
 namespace {
 
 std::string Hex(char c) { return std::string(32, c); }
@@ -323,7 +322,7 @@ TEST_F(ChunkGcStoreTest, ManifestsOfSnapshotsBeingWrittenAndSuspendedProcessesCo
   ASSERT_TRUE(pending.ok());
   ASSERT_TRUE(MakeDirs(pending->dir() + "/gpu").ok());
   ASSERT_TRUE(WriteFileSynced(pending->dir() + "/gpu/2.chunks", EncodeChunkManifest(ManifestOf({pending_ref}))).ok());
-  std::string suspended = gpushare::control::SuspendedRoot(root_) + "/4711";
+  std::string suspended = SuspendedRoot(root_) + "/4711";
   ASSERT_TRUE(MakeDirs(suspended).ok());
   ASSERT_TRUE(WriteFileSynced(suspended + "/2.chunks", EncodeChunkManifest(ManifestOf({suspended_ref}))).ok());
   // A dead writer's leftover: no lock on it.
@@ -445,4 +444,4 @@ TEST_F(ChunkGcStoreTest, OldTemporariesOfChunkWritesGo) {
 }
 
 }  // namespace
-}  // namespace gpusnap::gpushare::control
+}  // namespace gpusnap::chunks

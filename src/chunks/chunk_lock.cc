@@ -1,4 +1,4 @@
-#include "gpushare/control/chunk_lock.h"
+#include "chunks/chunk_lock.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-namespace gpusnap::gpushare::control {
+namespace gpusnap::chunks {
 
 std::string ChunkStoreLockPath(const std::string& store_root) { return store_root + "/chunks.lock"; }
 
@@ -28,4 +28,4 @@ Result<ChunkStoreLock> ChunkStoreLock::Acquire(const std::string& store_root, Mo
   return ChunkStoreLock(std::move(fd), mode);
 }
 
-}  // namespace gpusnap::gpushare::control
+}  // namespace gpusnap::chunks

@@ -24,10 +24,10 @@
 #include <string_view>
 #include <vector>
 
-#include "gpushare/common/chunk_store.h"
+#include "chunks/chunk_store.h"
 #include "gpusnap/status.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::chunks {
 
 inline constexpr uint32_t kChunkManifestMagic = 0x4b435047;  // "GPCK" as bytes on disk
 // The newest version read; EncodeChunkManifest writes the lowest that holds its input.
@@ -55,4 +55,9 @@ Result<ChunkManifest> DecodeChunkManifest(std::string_view bytes, std::string_vi
 // The manifest's path inside a snapshot directory: gpu/<pid>.chunks.
 std::string ChunkManifestName(int pid);
 
-}  // namespace gpusnap::gpushare
+// <store_root>/suspended: the manifests of the processes suspended in place
+// (`gpusnap gpushare suspend`), each under <pid>/ (the chunk collection reads
+// them, chunk_gc.h).
+std::string SuspendedRoot(const std::string& store_root);
+
+}  // namespace gpusnap::chunks

@@ -1,8 +1,8 @@
-#include "gpushare/common/chunk_manifest.h"
+#include "chunks/chunk_manifest.h"
 
 #include <gtest/gtest.h>
 
-namespace gpusnap::gpushare {
+namespace gpusnap::chunks {
 namespace {
 
 ChunkRef Hashed(uint8_t fill, uint64_t length) {
@@ -186,5 +186,7 @@ TEST(ChunkManifestTest, UnknownChunkKind) {
 
 TEST(ChunkManifestTest, Name) { EXPECT_EQ(ChunkManifestName(4711), "gpu/4711.chunks"); }
 
+TEST(ChunkManifestTest, SuspendedRoot) { EXPECT_EQ(SuspendedRoot("/s"), "/s/suspended"); }
+
 }  // namespace
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::chunks

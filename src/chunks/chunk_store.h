@@ -15,7 +15,7 @@
 // for nodes whose page cache must not fill with device memory.
 //
 // Last use. A collection may keep chunks that no manifest names, up to a
-// limit, evicting the least recently used first (control/chunk_gc.h). A chunk
+// limit, evicting the least recently used first (chunk_gc.h). A chunk
 // file's mtime is its last use: set when the chunk is written (the rename keeps
 // the temporary's), and set to now when a save finds the chunk stored already,
 // when a reader opens it (ChunkReader::Open, through which Load and every fill
@@ -52,7 +52,7 @@
 #include "gpusnap/status.h"
 #include "util/fd.h"
 
-namespace gpusnap::gpushare {
+namespace gpusnap::chunks {
 
 inline constexpr uint64_t kChunkBytes = 64ull << 20;
 // A chunk is written to <chunk file><kChunkTempInfix><pid>-<16 hex> first.
@@ -210,4 +210,4 @@ class ChunkReader {
   void* state_ = nullptr;  // XXH3_state_t*
 };
 
-}  // namespace gpusnap::gpushare
+}  // namespace gpusnap::chunks
