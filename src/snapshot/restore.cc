@@ -298,7 +298,10 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
                                            run.reaper.reaper_pid, std::chrono::seconds(options.timeout_s),
                                            logs + "/" + log_name);
   op.join_cgroups = join_cgroups;
-  if (run.lazy) op.on_notify = [&run](const std::string& script, int) { return run.lazy->OnCriuNotify(script); };
+  op.on_notify = [&run](const std::string& script, int) {
+    PauseIfRequested("criu-" + script);  // for the crash tests: a point inside CRIU's restore
+    return run.lazy ? run.lazy->OnCriuNotify(script) : Status::Ok();
+  };
   result.log = op.log_path;
   auto resp = criu::Run(op);
   run.criu_done = true;
