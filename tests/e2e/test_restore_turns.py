@@ -1,9 +1,9 @@
 """N restores of one snapshot at once, through every door (issue 21): in
-process, as standbys, and right after a restore killed while CRIU ran. The
-counter holds a deleted file, which CRIU brings back through a "ghost" at a
-name its images alone decide (<path>.cr.<id>.ghost): such restores take
-turns at CRIU (phase `wait-turn`), and none may fail on another's ghost.
-Every restored tree must run, each on its own."""
+process, as standbys, right after a restore killed while CRIU ran, and
+through the agent. The counter holds a deleted file, which CRIU brings back
+through a "ghost" at a name its images alone decide (<path>.cr.<id>.ghost):
+such restores take turns at CRIU (phase `wait-turn`), and none may fail on
+another's ghost. Every restored tree must run, each on its own."""
 import glob
 import json
 import os
@@ -13,6 +13,7 @@ import threading
 import time
 import unittest
 
+import test_agent
 from harness import GPUSNAP, FakeGpuCase, GpusnapCase
 
 # CRIU's notification once the ghosts are made and before it removes them
@@ -220,6 +221,35 @@ class StandbyTurns(TurnsCase, FakeGpuCase):
         self.wait_count(woken["pid"], self.count(woken["pid"]) + 5)
         self.assertEqual({w["name"]: w["state"] for w in self.workloads()}["sb2"], "standby")
         self.assert_no_fail_in_logs()
+
+
+class AgentTurns(TurnsCase, test_agent.AgentCase):
+    def test_four_restores_of_one_snapshot_through_the_agent(self):
+        snap = self.counter_snapshot()
+        resume = os.path.join(self.tmp, "resume")
+        agent = self.start_agent(env=dict(self.env, GPUSNAP_TEST_PAUSE_AT="restore-namespace",
+                                          GPUSNAP_TEST_RESUME_FILE=resume))
+        jobs = []
+        for i in range(4):
+            status, reply = agent.request("POST", "/v1/restores", {"snapshot": snap, "name": f"a{i}"})
+            self.assertEqual(status, 202, reply)
+            jobs.append(reply["job"])
+        agent.wait_line("paused at restore-namespace", times=4)
+        # While they use it, the snapshot is not deleted.
+        status, refused = agent.request("DELETE", f"/v1/snapshots/{snap}")
+        self.assertEqual(status, 409, refused)
+        self.assertIn("using snapshot", refused["error"])
+        open(resume, "w").close()
+        done = [self.wait_job(agent, j) for j in jobs]
+        for job in done:
+            self.assertEqual(job["state"], "succeeded", f"{job}\n{agent.log()}")
+            self.assertIn("wait-turn", job["timings"])
+        self.assert_each_runs([job["restoredPid"] for job in done])
+        # Once they are done it is deleted; the trees run on.
+        status, reply = agent.request("DELETE", f"/v1/snapshots/{snap}")
+        self.assertEqual(status, 200, reply)
+        for job in done:
+            self.wait_count(job["restoredPid"], self.count(job["restoredPid"]) + 3)
 
 
 if __name__ == "__main__":
