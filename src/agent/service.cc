@@ -24,8 +24,6 @@ namespace gpusnap::agent {
 namespace {
 
 constexpr const char* kRestoreCriuConfig = "criu-restore.conf";
-// Marks a snapshot in busy_snapshots_ while a DELETE removes it.
-constexpr const char* kDeleting = "(delete)";
 
 std::string NewJobId() {
   std::random_device rd;
@@ -36,6 +34,14 @@ std::string NewJobId() {
 
 Refused Refuse(int http_status, std::string message, std::string job_id = "") {
   return Refused{ApiError{http_status, std::move(message)}, std::move(job_id)};
+}
+
+// "job A is", "jobs A, B are": who uses a snapshot, for an error.
+std::string JobsAre(const std::vector<std::string>& ids) {
+  if (ids.size() == 1) return fmt::format("job {} is", ids[0]);
+  std::string list;
+  for (const auto& id : ids) list += (list.empty() ? "" : ", ") + id;
+  return fmt::format("jobs {} are", list);
 }
 
 }  // namespace
@@ -378,14 +384,17 @@ Status Service::MarkSnapshotInUse(const std::string& id, const std::string& snap
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.operation_timeout_s);
   for (;;) {
     auto it = busy_snapshots_.find(snapshot);
-    if (it == busy_snapshots_.end() || it->second == id) break;
-    if (it->second == kDeleting)
+    if (it == busy_snapshots_.end()) break;
+    if (it->second.deleting)
       return Status::Error(Code::kFailedPrecondition, "snapshot `{}` is being deleted", snapshot);
+    // Other readers do not matter; a checkpoint still writing it does.
+    std::string writer = it->second.writer;
+    if (writer.empty()) break;
     if (!lock.WaitUntil(idle_, deadline))
-      return Status::Error(Code::kTimeout, "job {} held snapshot `{}` for {} s", it->second, snapshot,
+      return Status::Error(Code::kTimeout, "job {} wrote snapshot `{}` for {} s", writer, snapshot,
                            options_.operation_timeout_s);
   }
-  busy_snapshots_[snapshot] = id;
+  busy_snapshots_[snapshot].readers.insert(id);
   jobs_.at(id).snapshot = snapshot;
   return Status::Ok();
 }
@@ -462,10 +471,7 @@ std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Jo
       return Refuse(409, fmt::format("job {} is already running a {} of {}", other.id, other.kind, other.target),
                     other.id);
     }
-    if (auto it = busy_snapshots_.find(job.snapshot); !job.snapshot.empty() && it != busy_snapshots_.end()) {
-      if (it->second == kDeleting) return Refuse(409, fmt::format("snapshot `{}` is being deleted", job.snapshot));
-      return Refuse(409, fmt::format("job {} is using snapshot `{}`", it->second, job.snapshot), it->second);
-    }
+    if (auto conflict = SnapshotConflict(job)) return *conflict;
     do {
       job.id = NewJobId();
     } while (jobs_.count(job.id) > 0);
@@ -473,7 +479,14 @@ std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Jo
     job.state = JobState::kRunning;
     Journal(job);
     running_[job.lock_key] = job.id;
-    if (!job.snapshot.empty()) busy_snapshots_[job.snapshot] = job.id;
+    if (!job.snapshot.empty()) {
+      SnapshotUsers& users = busy_snapshots_[job.snapshot];
+      if (job.kind == "checkpoint") {
+        users.writer = job.id;
+      } else {
+        users.readers.insert(job.id);
+      }
+    }
     id = job.id;
     options_.log(fmt::format("job {}: {} of {} started", id, job.kind, job.target));
     jobs_[id] = std::move(job);
@@ -506,9 +519,31 @@ void Service::RunJob(const std::string& id, const std::function<Status(Job&)>& w
   options_.log(fmt::format("job {}: {} of {} {}{}", id, job.kind, job.target, JobStateName(job.state),
                            st.ok() ? "" : ": " + st.ToString()));
   running_.erase(job.lock_key);
-  if (auto it = busy_snapshots_.find(job.snapshot); it != busy_snapshots_.end() && it->second == id)
-    busy_snapshots_.erase(it);
+  LeaveSnapshot(job.snapshot, id);
   idle_.notify_all();
+}
+
+std::optional<Refused> Service::SnapshotConflict(const Job& job) const {
+  auto it = busy_snapshots_.find(job.snapshot);
+  if (job.snapshot.empty() || it == busy_snapshots_.end()) return std::nullopt;
+  const SnapshotUsers& users = it->second;
+  if (users.deleting) return Refuse(409, fmt::format("snapshot `{}` is being deleted", job.snapshot));
+  // A checkpoint writes its snapshot alone; restores and wakes share theirs.
+  if (!users.writer.empty())
+    return Refuse(409, fmt::format("job {} is using snapshot `{}`", users.writer, job.snapshot), users.writer);
+  if (job.kind == "checkpoint" && !users.readers.empty()) {
+    std::vector<std::string> readers(users.readers.begin(), users.readers.end());
+    return Refuse(409, fmt::format("{} using snapshot `{}`", JobsAre(readers), job.snapshot), readers[0]);
+  }
+  return std::nullopt;
+}
+
+void Service::LeaveSnapshot(const std::string& snapshot, const std::string& id) {
+  auto it = busy_snapshots_.find(snapshot);
+  if (it == busy_snapshots_.end()) return;
+  it->second.readers.erase(id);
+  if (it->second.writer == id) it->second.writer.clear();
+  if (it->second.empty()) busy_snapshots_.erase(it);
 }
 
 void Service::OnProgress(const std::string& id, const ProgressEvent& e) {
@@ -573,11 +608,15 @@ Result<SnapshotMeta> Service::GetSnapshot(const std::string& id) const { return 
 Status Service::DeleteSnapshot(const std::string& id) {
   {
     MutexLock lock(mu_);
-    if (auto it = busy_snapshots_.find(id); it != busy_snapshots_.end())
-      return Status::Error(Code::kFailedPrecondition, "{} is using snapshot `{}`",
-                           it->second == kDeleting ? "another delete" : "job " + it->second, id);
+    if (auto it = busy_snapshots_.find(id); it != busy_snapshots_.end()) {
+      const SnapshotUsers& users = it->second;
+      if (users.deleting) return Status::Error(Code::kFailedPrecondition, "another delete is using snapshot `{}`", id);
+      std::vector<std::string> jobs(users.readers.begin(), users.readers.end());
+      if (!users.writer.empty()) jobs.insert(jobs.begin(), users.writer);
+      return Status::Error(Code::kFailedPrecondition, "{} using snapshot `{}`", JobsAre(jobs), id);
+    }
     GPUSNAP_RETURN_IF_ERROR(store_.Load(id).status());
-    busy_snapshots_[id] = kDeleting;  // no job may start on it while its files go
+    busy_snapshots_[id].deleting = true;  // no job may start on it while its files go
   }
   auto removed = RemoveSnapshot(store_.root(), id);  // and the chunks only it named
   if (removed.ok() && !removed->chunks_status.ok()) options_.log(removed->chunks_status.message());

@@ -15,14 +15,18 @@
 //
 // Concurrency: one running capture per lock key (a container, or the root pid
 // of a tree); jobs on different keys run concurrently, each on its own thread.
-// A job holds its snapshot while it runs: no other job starts on it (409) and
-// it cannot be deleted. A restore of a registry reference learns its snapshot
-// once its files are pulled: from then on it holds it (waiting for it to be
-// free), and its chunks arrive while it restores.
+// A job uses its snapshot while it runs (busy_snapshots_): a checkpoint writes
+// it, alone (no other job starts on it: 409); restores and wakes read it, any
+// number at once (restores whose images hold deleted files take turns at
+// CRIU's step inside the restore: snapshot/restore_turn.h). A snapshot that a
+// job uses is not deleted (409), and no job starts on one being deleted (409).
+// A restore of a registry reference learns its snapshot once its files are
+// pulled: from then on it reads it (waiting while a checkpoint writes it),
+// and its chunks arrive while it restores.
 //
 // Wake: one job per workload name (the lock key a restore under that name
-// takes too); it holds its standby's snapshot like a restore (HoldSnapshot),
-// so the wakes of two standbys of one snapshot take turns.
+// takes too); it reads its standby's snapshot like a restore (HoldSnapshot),
+// so the wakes of standbys of one snapshot run at once.
 //
 // Registry: a restore of a reference pulls as it restores (phases
 // "pull-files", then "pull-chunks-wait" and "pull" beside the restore's own);
@@ -41,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <variant>
@@ -148,6 +153,18 @@ class Service {
   // Holds `snapshot` for job `id` once no other job does (waiting up to the
   // operation timeout); its metadata.
   Result<SnapshotMeta> HoldSnapshot(const std::string& id, const std::string& snapshot) EXCLUDES(mu_);
+  // Who uses a snapshot: the jobs that read it, the one that writes it, or a
+  // DELETE removing it.
+  struct SnapshotUsers {
+    std::set<std::string> readers;  // job ids: restores, wakes
+    std::string writer;             // a checkpoint's job id
+    bool deleting = false;
+    bool empty() const { return readers.empty() && writer.empty() && !deleting; }
+  };
+  // Why job `job` may not use its snapshot now (409), or nothing.
+  std::optional<Refused> SnapshotConflict(const Job& job) const REQUIRES(mu_);
+  // Job `id` no longer uses `snapshot`.
+  void LeaveSnapshot(const std::string& snapshot, const std::string& id) REQUIRES(mu_);
   // The pod a checkpoint's settings come from and its choice is recorded on:
   // the request's pod, else the pod of the container the kubelet's log links
   // name; none when the agent neither reads nor writes pods.
@@ -181,7 +198,7 @@ class Service {
   std::condition_variable idle_;  // a job ended
   std::map<std::string, Job> jobs_ GUARDED_BY(mu_);
   std::map<std::string, std::string> running_ GUARDED_BY(mu_);         // lock key -> job id
-  std::map<std::string, std::string> busy_snapshots_ GUARDED_BY(mu_);  // snapshot id -> job id
+  std::map<std::string, SnapshotUsers> busy_snapshots_ GUARDED_BY(mu_);  // by snapshot id; none empty
 };
 
 }  // namespace gpusnap::agent

@@ -4,11 +4,16 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <future>
 #include <filesystem>
 #include <thread>
 
@@ -338,6 +343,132 @@ TEST_F(AgentServiceTest, AProcessRestoreSaysSoQuietly) {
   EXPECT_EQ(job.restore_path, "process");
   EXPECT_EQ(job.fallback_reason, "");
   EXPECT_EQ(log_.find("by the process path"), std::string::npos) << log_;
+}
+
+// A restore that waits, as many at once as are started, until released.
+struct HeldRestores {
+  std::atomic<int> inside{0};
+  std::atomic<bool> release{false};
+  std::function<Result<RestoreResult>(const RestoreOptions&)> Fn() {
+    return [this](const RestoreOptions& o) -> Result<RestoreResult> {
+      ++inside;
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      RestoreResult r;
+      r.workload.name = o.name;
+      r.workload.pid = 5000 + static_cast<int>(o.name.back());
+      return r;
+    };
+  }
+  // Declared after the service: lets every restore go before the service waits for its jobs.
+  struct ReleaseOnExit {
+    HeldRestores& held;
+    ~ReleaseOnExit() { held.release = true; }
+  };
+  bool WaitInside(int n) const {
+    for (int i = 0; i < 1000 && inside < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return inside == n;
+  }
+};
+
+TEST_F(AgentServiceTest, RestoresOfOneSnapshotRunAtOnceAndItIsNotDeletedUnderThem) {
+  HeldRestores held;
+  options_.restore = held.Fn();
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  HeldRestores::ReleaseOnExit release_on_exit{held};
+  Publish("snap-shared");
+  std::vector<std::string> ids;
+  for (const char* name : {"w1", "w2", "w3"}) {
+    RestoreRequest request;
+    request.snapshot = "snap-shared";
+    request.name = name;
+    auto started = (*service)->StartRestore(request);
+    ASSERT_TRUE(std::holds_alternative<Accepted>(started)) << std::get<Refused>(started).error.message;
+    ids.push_back(std::get<Accepted>(started).job_id);
+  }
+  ASSERT_TRUE(held.WaitInside(3)) << held.inside << " of 3 restores running at once";
+  Status refused = (*service)->DeleteSnapshot("snap-shared");
+  EXPECT_EQ(refused.code(), Code::kFailedPrecondition);
+  for (const auto& id : ids) EXPECT_NE(refused.message().find(id), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("are using snapshot `snap-shared`"), std::string::npos) << refused.message();
+  held.release = true;
+  for (const auto& id : ids) {
+    Job job = Finished(**service, Accepted{id});
+    EXPECT_EQ(job.state, JobState::kSucceeded) << job.error;
+    EXPECT_EQ(job.snapshot, "snap-shared");
+  }
+  EXPECT_TRUE((*service)->DeleteSnapshot("snap-shared").ok());
+}
+
+TEST_F(AgentServiceTest, ASnapshotIsRestoredOnlyOnceItsCheckpointIsDone) {
+  std::atomic<bool> published{false}, release{false};
+  options_.checkpoint = [&](const CheckpointOptions& o) -> Result<SnapshotMeta> {
+    Publish(o.id);  // published, and then pushed, say
+    published = true;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return BarePidMeta(o.id);
+  };
+  options_.restore = [](const RestoreOptions&) -> Result<RestoreResult> { return RestoreResult{}; };
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  struct ReleaseOnExit {
+    std::atomic<bool>& release;
+    ~ReleaseOnExit() { release = true; }
+  } release_on_exit{release};
+  CheckpointRequest checkpoint;
+  checkpoint.pid = RunningChild();
+  checkpoint.leave_running = true;
+  checkpoint.snapshot_id = "snap-written";
+  auto writing = (*service)->StartCheckpoint(checkpoint);
+  ASSERT_TRUE(std::holds_alternative<Accepted>(writing)) << std::get<Refused>(writing).error.message;
+  for (int i = 0; i < 1000 && !published; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  RestoreRequest request;
+  request.snapshot = "snap-written";
+  auto refused = (*service)->StartRestore(request);
+  ASSERT_TRUE(std::holds_alternative<Refused>(refused));
+  EXPECT_EQ(std::get<Refused>(refused).error.http_status, 409);
+  EXPECT_EQ(std::get<Refused>(refused).job_id, std::get<Accepted>(writing).job_id);
+  EXPECT_NE(std::get<Refused>(refused).error.message.find("is using snapshot `snap-written`"), std::string::npos);
+  release = true;
+  EXPECT_EQ(Finished(**service, writing).state, JobState::kSucceeded);
+  EXPECT_EQ(Finished(**service, (*service)->StartRestore(request)).state, JobState::kSucceeded);
+}
+
+TEST_F(AgentServiceTest, NoJobStartsOnASnapshotBeingDeleted) {
+  HeldRestores held;
+  held.release = true;
+  options_.restore = held.Fn();
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  Publish("snap-going");
+  // Its directory locked as its writer locks it: a delete marks it, then waits for the lock.
+  UniqueFd dir(::open((options_.store + "/snapshots/snap-going").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(dir.valid());
+  ASSERT_EQ(::flock(dir.get(), LOCK_EX), 0);
+  // Two deletes: one marks it and waits; the other is refused, and then the mark is known to be there.
+  auto remove = [&] { return (*service)->DeleteSnapshot("snap-going"); };
+  std::future<Status> deletes[] = {std::async(std::launch::async, remove), std::async(std::launch::async, remove)};
+  int refused = -1;
+  for (int i = 0; i < 1000 && refused < 0; ++i) {
+    for (int d : {0, 1})
+      if (deletes[d].wait_for(std::chrono::milliseconds(5)) == std::future_status::ready) refused = d;
+  }
+  ASSERT_GE(refused, 0) << "neither delete returned";
+  Status second = deletes[refused].get();
+  EXPECT_EQ(second.code(), Code::kFailedPrecondition);
+  EXPECT_NE(second.message().find("another delete is using snapshot `snap-going`"), std::string::npos)
+      << second.message();
+  RestoreRequest request;
+  request.snapshot = "snap-going";
+  auto started = (*service)->StartRestore(request);
+  ASSERT_EQ(::flock(dir.get(), LOCK_UN), 0);
+  Status deleted = deletes[1 - refused].get();
+  ASSERT_TRUE(std::holds_alternative<Refused>(started));
+  EXPECT_EQ(std::get<Refused>(started).error.http_status, 409);
+  EXPECT_NE(std::get<Refused>(started).error.message.find("snapshot `snap-going` is being deleted"), std::string::npos)
+      << std::get<Refused>(started).error.message;
+  EXPECT_TRUE(deleted.ok()) << deleted.ToString();
+  EXPECT_EQ(held.inside, 0);
 }
 
 }  // namespace

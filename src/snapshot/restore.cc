@@ -23,8 +23,9 @@
 //    container, check that its init is an idle placeholder and use that.
 //    Undone by tearing down what was restored in it.
 // 3. CRIU restores the tree inside it (pids as at dump: the namespace is new)
-//    once its listening ports are free; GPU processes come back stopped, as
-//    they were dumped.
+//    once its listening ports are free, and, when its images hold deleted
+//    files, once it has its turn (restore_turn.h); GPU processes come back
+//    stopped, as they were dumped.
 // 4. GPU processes: restore all (onto the mapped GPUs), unlock all only then,
 //    let their threads run (gpu/processes.h); gpushare: adopt the preloaded
 //    memory, load the rest, their work still held.
@@ -73,6 +74,7 @@
 #include "snapshot/lazy_pages.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
+#include "snapshot/restore_turn.h"
 #include "snapshot/rootfs_restore.h"
 #include "snapshot/tcp_ports.h"
 #include "store/layout.h"
@@ -245,6 +247,14 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
                             }).Wrap(fmt::format("restore of `{}` failed", meta.id)));
     phases.Done();
   }
+  // Restores whose images hold deleted files take turns, from here to CRIU's end (restore_turn.h).
+  GPUSNAP_ASSIGN_OR_RETURN(RestoreTurn turn,
+                           TakeRestoreTurn({.images_dir = run.dir + "/" + SnapshotFiles::kCheckpointDir,
+                                            .root = fmt::format("/proc/{}/root", run.reaper.reaper_pid),
+                                            .snapshot_id = meta.id,
+                                            .timeout = std::chrono::seconds(options.timeout_s),
+                                            .progress = options.progress},
+                                           phases));
   std::optional<HugePagesWindow> huge_pages;
   if (options.huge_pages) {
     GPUSNAP_ASSIGN_OR_RETURN(huge_pages, HugePagesWindow::Open(ThpFile(), RunDir() + "/thp"));
@@ -290,9 +300,14 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
                                            run.reaper.reaper_pid, std::chrono::seconds(options.timeout_s),
                                            logs + "/" + log_name);
   op.join_cgroups = join_cgroups;
-  if (run.lazy) op.on_notify = [&run](const std::string& script, int) { return run.lazy->OnCriuNotify(script); };
+  if (turn.held()) op.inherit_fds.push_back(turn.fd());  // a CRIU outliving us keeps the turn
+  op.on_notify = [&run](const std::string& script, int) {
+    PauseIfRequested("criu-" + script);  // for the crash tests: a point inside CRIU's restore
+    return run.lazy ? run.lazy->OnCriuNotify(script) : Status::Ok();
+  };
   result.log = op.log_path;
   auto resp = criu::Run(op);
+  turn.Release();  // CRIU has exited, and its ghosts are gone
   run.criu_done = true;
   if (huge_pages) {
     // The host's mode back as soon as CRIU is done: a failure to is told, not the restore's.
