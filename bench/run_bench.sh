@@ -489,7 +489,7 @@ if [ "$use_registry" = 1 ]; then
   for _ in $(seq 1 300); do [ -S "$work_dir/agent.sock" ] && break; alive "$agent_pid" || break; sleep 0.1; done
   [ -S "$work_dir/agent.sock" ] || { cat "$logs/agent.log" >&2; fail "the agent did not start"; }
   registry_restore registry-agent "restore from the reference through the agent" \
-    "$gpusnap" --json restore "$ref" --agent "$work_dir/agent.sock"
+    env GPUSNAP_STORE="$work_dir/store-agent" "$gpusnap" --json restore "$ref" --agent "$work_dir/agent.sock"
   kill -TERM "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null; agent_pid=""
   rm -rf "$work_dir/store-agent"
   registry_restore registry-pull-restore "pull-then-restore" \

@@ -380,7 +380,7 @@ TEST_F(AgentServiceTest, RestoresOfOneSnapshotRunAtOnceAndItIsNotDeletedUnderThe
   std::vector<std::string> ids;
   for (const char* name : {"w1", "w2", "w3"}) {
     RestoreRequest request;
-    request.snapshot = "snap-shared";
+    request.source.id = "snap-shared";
     request.name = name;
     auto started = (*service)->StartRestore(request);
     ASSERT_TRUE(std::holds_alternative<Accepted>(started)) << std::get<Refused>(started).error.message;
@@ -423,7 +423,7 @@ TEST_F(AgentServiceTest, ASnapshotIsRestoredOnlyOnceItsCheckpointIsDone) {
   ASSERT_TRUE(std::holds_alternative<Accepted>(writing)) << std::get<Refused>(writing).error.message;
   for (int i = 0; i < 1000 && !published; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   RestoreRequest request;
-  request.snapshot = "snap-written";
+  request.source.id = "snap-written";
   auto refused = (*service)->StartRestore(request);
   ASSERT_TRUE(std::holds_alternative<Refused>(refused));
   EXPECT_EQ(std::get<Refused>(refused).error.http_status, 409);
@@ -459,7 +459,7 @@ TEST_F(AgentServiceTest, NoJobStartsOnASnapshotBeingDeleted) {
   EXPECT_NE(second.message().find("another delete is using snapshot `snap-going`"), std::string::npos)
       << second.message();
   RestoreRequest request;
-  request.snapshot = "snap-going";
+  request.source.id = "snap-going";
   auto started = (*service)->StartRestore(request);
   ASSERT_EQ(::flock(dir.get(), LOCK_UN), 0);
   Status deleted = deletes[1 - refused].get();

@@ -249,7 +249,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   }
   // Restores whose images hold deleted files take turns, from here to CRIU's end (restore_turn.h).
   GPUSNAP_ASSIGN_OR_RETURN(RestoreTurn turn,
-                           TakeRestoreTurn({.images_dir = run.dir + "/" + SnapshotFiles::kCheckpointDir,
+                           TakeRestoreTurn({.images_dir = source.dir + "/" + SnapshotFiles::kCheckpointDir,
                                             .root = fmt::format("/proc/{}/root", run.reaper.reaper_pid),
                                             .snapshot_id = meta.id,
                                             .timeout = std::chrono::seconds(options.timeout_s),
