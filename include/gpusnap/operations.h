@@ -24,6 +24,9 @@
 namespace gpusnap {
 
 std::string DefaultStore();  // $GPUSNAP_STORE or /var/lib/gpusnap
+// The store a request names (`--store`, a record's), else DefaultStore():
+// the one place the default is filled in.
+std::string StoreOrDefault(const std::string& given);
 
 struct CheckpointOptions {
   TargetSpec target;            // a workload, a pid, a container or a pod's container (ParseTargetArgument)

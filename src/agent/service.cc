@@ -57,7 +57,7 @@ Service::~Service() {
 
 Result<std::unique_ptr<Service>> Service::Open(ServiceOptions options) {
   if (!options.log) options.log = [](const std::string& line) { std::fprintf(stderr, "[agent] %s\n", line.c_str()); };
-  if (options.store.empty()) options.store = DefaultStore();
+  options.store = StoreOrDefault(options.store);
   if (options.state_dir.empty()) options.state_dir = options.store + "/agent";
   if (!options.checkpoint) options.checkpoint = [](const CheckpointOptions& o) { return Checkpoint(o); };
   if (!options.restore) options.restore = [](const RestoreOptions& o) { return Restore(o); };

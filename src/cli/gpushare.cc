@@ -73,7 +73,7 @@ void AddGpushare(CLI::App& app, Context& ctx) {
   suspend->callback([&ctx, args] {
     auto procs = gpushare::control::ShimProcessesOf(args->pids);
     if (!procs.ok()) return ctx.Fail(procs.status());
-    std::string store = args->store.empty() ? DefaultStore() : args->store;
+    std::string store = StoreOrDefault(args->store);
     std::map<std::string, double> timings;
     Status st = gpushare::control::SuspendInPlace(*procs, store, args->timeout_ms, timings);
     if (!st.ok()) return ctx.Fail(st.Wrap("gpushare suspend (every process was resumed)"));
@@ -84,7 +84,7 @@ void AddGpushare(CLI::App& app, Context& ctx) {
   resume->callback([&ctx, args] {
     auto procs = gpushare::control::ShimProcessesOf(args->pids);
     if (!procs.ok()) return ctx.Fail(procs.status());
-    std::string store = args->store.empty() ? DefaultStore() : args->store;
+    std::string store = StoreOrDefault(args->store);
     std::map<std::string, double> timings;
     Status st = gpushare::control::ResumeInPlace(*procs, store, timings);
     if (!st.ok()) return ctx.Fail(st.Wrap("gpushare resume"));

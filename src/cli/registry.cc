@@ -41,7 +41,7 @@ void PrintTransfer(const Context& ctx, const char* verb, const TransferResult& r
 // Push or pull with the store defaulted and the progress shown, then the result.
 template <typename Options>
 void RunTransfer(Context& ctx, const char* verb, Options o, Result<TransferResult> (*transfer)(const Options&)) {
-  if (o.store.empty()) o.store = DefaultStore();
+  o.store = StoreOrDefault(o.store);
   ProgressDisplay progress(ctx, verb);
   o.progress = progress.Fn();
   auto r = transfer(o);

@@ -7,8 +7,6 @@
 
 namespace gpusnap::cli {
 
-static std::string StoreOrDefault(const std::string& s) { return s.empty() ? DefaultStore() : s; }
-
 void AddSnapshots(CLI::App& app, Context& ctx) {
   auto store_path = std::make_shared<std::string>();
   const char* store_help = "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)";

@@ -14,7 +14,7 @@
 namespace gpusnap {
 
 struct CaptureDecision {
-  CapturePath path;    // kProcess, kRootfs or kBoth
+  CapturePath path = CapturePath::kProcess;  // kProcess, kRootfs or kBoth
   std::string reason;  // why: a sentence for the job, the snapshot and the pod
 };
 

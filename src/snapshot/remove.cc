@@ -38,12 +38,12 @@ Result<GcResult> LockAndCollect(const Store& store, bool dry_run, int wait_ms,
 }  // namespace
 
 Result<GcResult> CollectGarbage(const GcOptions& options) {
-  GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(options.store.empty() ? DefaultStore() : options.store, false));
+  GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(StoreOrDefault(options.store), false));
   return LockAndCollect(store, options.dry_run, options.wait_ms, options.keep_unused_bytes);
 }
 
 Result<RemoveResult> RemoveSnapshot(const std::string& store_root, const std::string& id) {
-  GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(store_root.empty() ? DefaultStore() : store_root, false));
+  GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(StoreOrDefault(store_root), false));
   GPUSNAP_RETURN_IF_ERROR(store.Remove(id));
   RemoveResult r;
   auto collected = LockAndCollect(store, /*dry_run=*/false, /*wait_ms=*/0, /*keep_unused_bytes=*/std::nullopt);

@@ -145,14 +145,34 @@ struct RestoreRun {
   bool into_container = false;
   std::vector<control::ShimProcess> held_shims;  // gpushare: loaded, their work held until the tree goes
   std::optional<LazyPagesServer> lazy;  // --lazy-pages: the daemon serving the tree's memory, under its keeper
+  std::string name;                     // the workload's, claimed until it is recorded
+  std::optional<NameClaim> name_claim;
+  std::optional<criu::Bundle> bundle;
+  criu::Features features;
+  std::vector<std::string> join_cgroups;  // a placeholder's: CRIU joins them
+  std::string criu_work_dir;            // CRIU's logs (a lazy restore's: the daemon's dir)
+  RestoreTurn turn;                     // images with deleted files: this restore's turn at CRIU
+  std::optional<HugePagesWindow> huge_pages;  // --huge-pages: THP `always` while CRIU runs
+  pid_t restored_root = 0;              // the tree's root, in its namespace (CRIU's answer)
+  std::vector<pid_t> gpu_pids;          // host pids, in meta.gpu->ns_pids order
+  RestoreResult result;
 
   // A restore that ends before CRIU has run lets the digests read at once:
   // the future's destructor waits for them.
   ~RestoreRun() { criu_done = true; }
 
+  const SnapshotMeta& meta() const { return source->meta; }
+  // What the steps hold only while they run: the name (recorded, or free for
+  // a fallback), the turn at CRIU, the host's THP mode.
+  void ReleaseHeld() {
+    name_claim.reset();
+    turn.Release();
+    huge_pages.reset();
+  }
+  std::string Failed() const { return fmt::format("restore of `{}` failed", meta().id); }
 
   // The tasks CRIU left stopped go on (gpu_steps.h).
-  Status LetGo(const std::vector<pid_t>& gpu_pids) const { return LetTreeGo(reaper.reaper_pid, gpu_pids, held_shims); }
+  Status LetGo() const { return LetTreeGo(reaper.reaper_pid, gpu_pids, held_shims); }
 
   // Nothing of the restore is left: a fresh namespace goes as a whole (its
   // reaper ends what it holds); a placeholder stays, idle again.
@@ -170,19 +190,17 @@ struct RestoreRun {
   }
 };
 
-Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases, RestoreRun& run, UndoStack& undo) {
-  RestoreResult result;
+// Step 1: the snapshot's digests (beside CRIU for a GPU tree), the name, CRIU,
+// and for a GPU snapshot its plan and the gpushare preload.
+Status Verify(const RestoreOptions& options, Phases& phases, RestoreRun& run) {
   const RestoreSource& source = *run.source;
   const Store& store = *source.store;
   const SnapshotMeta& meta = source.meta;
-
-  // 1. Verify.
   phases.Start("verify");
   // A GPU tree's digests are checked while CRIU restores it, every task left
   // stopped, and nothing of it runs before they all match; any other tree's
   // before CRIU starts.
-  bool verify_alongside = meta.gpu.has_value();
-  if (verify_alongside) {
+  if (meta.gpu) {
     // CRIU sets the pace: it reads the images once from disk, in its order,
     // on cores of its own, and the digests follow it through the page cache.
     run.digests = Beside([&store, &meta, &source, &run] {
@@ -192,11 +210,11 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   } else {
     GPUSNAP_RETURN_IF_ERROR(store.Verify(meta, source.dir).Wrap("refusing to restore"));
   }
-  std::string name = RestoredWorkloadName(meta, options.name);
+  run.name = RestoredWorkloadName(meta, options.name);
   // Held until the record is written: a restore or run racing for the name is refused before it starts anything.
-  GPUSNAP_ASSIGN_OR_RETURN(NameClaim name_claim, ClaimWorkloadName(name));
-  GPUSNAP_ASSIGN_OR_RETURN(auto bundle, criu::FindBundle(options.criu_bundle));
-  GPUSNAP_ASSIGN_OR_RETURN(auto features, criu::DetectFeatures(bundle, meta.tcp_established));
+  GPUSNAP_ASSIGN_OR_RETURN(run.name_claim, ClaimWorkloadName(run.name));
+  GPUSNAP_ASSIGN_OR_RETURN(run.bundle, criu::FindBundle(options.criu_bundle));
+  GPUSNAP_ASSIGN_OR_RETURN(run.features, criu::DetectFeatures(*run.bundle, meta.tcp_established));
   if (options.standby) {
     // Everything but the GPU: its GPUs are chosen, and its device memory made, at the wake (wake.cc).
     if (!meta.gpu)
@@ -221,10 +239,12 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   }
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("verify"));
   phases.Done(meta.total_bytes);
+  return Status::Ok();
+}
 
-  // 2. The namespace.
+// Step 2: a fresh namespace under its reaper, or an idle placeholder's.
+Status EnterNamespace(const RestoreOptions& options, Phases& phases, RestoreRun& run, UndoStack& undo) {
   phases.Start("namespace");
-  std::vector<std::string> join_cgroups;
   run.into_container = !options.into_container.empty();
   if (!run.into_container) {
     GPUSNAP_ASSIGN_OR_RETURN(run.reaper, ns::SpawnReaper({.workload_argv = {}, .log_path = "",
@@ -232,58 +252,68 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   } else {
     GPUSNAP_ASSIGN_OR_RETURN(auto target, FindIdlePlaceholder(options.into_container));
     run.reaper.reaper_pid = target.init_pid;
-    join_cgroups = std::move(target.cgroup_procs);
+    run.join_cgroups = std::move(target.cgroup_procs);
   }
   undo.Push("tearing down the restored tree", [&run] { return run.TearDown(); });
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("namespace"));
   phases.Done();
+  return Status::Ok();
+}
 
-  // 3. CRIU, once the tree's listening ports are free again here.
+// Step 3, before CRIU: the tree's listening ports free again here, its turn
+// at CRIU (images with deleted files), THP, and a lazy restore's page server.
+Status PrepareCriu(const RestoreOptions& options, Phases& phases, RestoreRun& run, UndoStack& undo) {
+  const SnapshotMeta& meta = run.meta();
   if (!run.into_container && !meta.listen_ports.empty()) {
     phases.Start("free-ports");
     std::vector<uint16_t> ports(meta.listen_ports.begin(), meta.listen_ports.end());
     GPUSNAP_RETURN_IF_ERROR(FreeTimeWaitPorts(ports, std::chrono::seconds(65), [&](const std::string& why) {
                               if (options.progress) options.progress({"free-ports: " + why, 0, 0, false});
-                            }).Wrap(fmt::format("restore of `{}` failed", meta.id)));
+                            }).Wrap(run.Failed()));
     phases.Done();
   }
+  std::string images = run.source->dir + "/" + SnapshotFiles::kCheckpointDir;
   // Restores whose images hold deleted files take turns, from here to CRIU's end (restore_turn.h).
-  GPUSNAP_ASSIGN_OR_RETURN(RestoreTurn turn,
-                           TakeRestoreTurn({.images_dir = source.dir + "/" + SnapshotFiles::kCheckpointDir,
-                                            .root = fmt::format("/proc/{}/root", run.reaper.reaper_pid),
-                                            .snapshot_id = meta.id,
-                                            .timeout = std::chrono::seconds(options.timeout_s),
-                                            .progress = options.progress},
-                                           phases));
-  std::optional<HugePagesWindow> huge_pages;
+  GPUSNAP_ASSIGN_OR_RETURN(run.turn, TakeRestoreTurn({.images_dir = images,
+                                                      .root = fmt::format("/proc/{}/root", run.reaper.reaper_pid),
+                                                      .snapshot_id = meta.id,
+                                                      .timeout = std::chrono::seconds(options.timeout_s),
+                                                      .progress = options.progress},
+                                                     phases));
   if (options.huge_pages) {
-    GPUSNAP_ASSIGN_OR_RETURN(huge_pages, HugePagesWindow::Open(ThpFile(), RunDir() + "/thp"));
+    GPUSNAP_ASSIGN_OR_RETURN(run.huge_pages, HugePagesWindow::Open(ThpFile(), RunDir() + "/thp"));
     PauseIfRequested("huge-pages");
   }
-  std::string images = source.dir + "/" + SnapshotFiles::kCheckpointDir;
-  std::string logs = RunDir() + "/logs";
-  GPUSNAP_RETURN_IF_ERROR(MakeDirs(logs));
-  if (options.lazy_pages) {
-    // CRIU's work dir is the daemon's: the restore finds it by its socket there.
-    phases.Start("lazy-pages-start");
-    GPUSNAP_RETURN_IF_ERROR(criu::CheckLazyPages(bundle).Wrap("refusing to restore"));
-    GPUSNAP_ASSIGN_OR_RETURN(logs, MakeLazyPagesWorkDir(name));
-    GPUSNAP_ASSIGN_OR_RETURN(run.lazy, LazyPagesServer::Start({.bundle = &bundle,
-                                                              .images_dir = std::filesystem::absolute(images).string(),
-                                                              .work_dir = logs,
-                                                              .reaper_pid = run.reaper.reaper_pid,
-                                                              .into_container = run.into_container,
-                                                              .workload_name = name,
-                                                              .workload_log = meta.source.log,
-                                                              .verbose = options.verbose}));
-    undo.Push("stopping the lazy-pages server", [&run] { return run.lazy->Stop(); });
-    PauseIfRequested("lazy-pages");
-    phases.Done();
-  }
+  run.criu_work_dir = RunDir() + "/logs";
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(run.criu_work_dir));
+  if (!options.lazy_pages) return Status::Ok();
+  // CRIU's work dir is the daemon's: the restore finds it by its socket there.
+  phases.Start("lazy-pages-start");
+  GPUSNAP_RETURN_IF_ERROR(criu::CheckLazyPages(*run.bundle).Wrap("refusing to restore"));
+  GPUSNAP_ASSIGN_OR_RETURN(run.criu_work_dir, MakeLazyPagesWorkDir(run.name));
+  GPUSNAP_ASSIGN_OR_RETURN(run.lazy, LazyPagesServer::Start({.bundle = &*run.bundle,
+                                                            .images_dir = std::filesystem::absolute(images).string(),
+                                                            .work_dir = run.criu_work_dir,
+                                                            .reaper_pid = run.reaper.reaper_pid,
+                                                            .into_container = run.into_container,
+                                                            .workload_name = run.name,
+                                                            .workload_log = meta.source.log,
+                                                            .verbose = options.verbose}));
+  undo.Push("stopping the lazy-pages server", [&run] { return run.lazy->Stop(); });
+  PauseIfRequested("lazy-pages");
+  phases.Done();
+  return Status::Ok();
+}
+
+// Step 3: CRIU restores the tree inside the namespace, every task left
+// stopped; then the verdicts beside it (the digests, the page server).
+Status RunCriu(const RestoreOptions& options, Phases& phases, RestoreRun& run) {
+  const SnapshotMeta& meta = run.meta();
   phases.Start("criu-restore");
+  std::string images = run.source->dir + "/" + SnapshotFiles::kCheckpointDir;
   std::string log_name = fmt::format("restore-{}-{}.log", meta.id, ::getpid());
   UniqueFd images_fd(::open(images.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  UniqueFd work_fd(::open(logs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd work_fd(::open(run.criu_work_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!images_fd.valid() || !work_fd.valid()) return Status::Errno(errno, "opening `{}`", images);
   criu::RestorePlan plan;
   plan.images_dir_fd = images_fd.get();
@@ -296,25 +326,25 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   plan.keep_criu_cgroups = run.into_container;
   plan.leave_stopped = true;  // step 5 lets the tree go
   plan.lazy_pages = run.lazy.has_value();
-  criu::Operation op = criu::MakeOperation(bundle, RESTORE, criu::RestoreOptions(plan, features),
+  criu::Operation op = criu::MakeOperation(*run.bundle, RESTORE, criu::RestoreOptions(plan, run.features),
                                            run.reaper.reaper_pid, std::chrono::seconds(options.timeout_s),
-                                           logs + "/" + log_name);
-  op.join_cgroups = join_cgroups;
-  if (turn.held()) op.inherit_fds.push_back(turn.fd());  // a CRIU outliving us keeps the turn
+                                           run.criu_work_dir + "/" + log_name);
+  op.join_cgroups = run.join_cgroups;
+  if (run.turn.held()) op.inherit_fds.push_back(run.turn.fd());  // a CRIU outliving us keeps the turn
   op.on_notify = [&run](const std::string& script, int) {
     PauseIfRequested("criu-" + script);  // for the crash tests: a point inside CRIU's restore
     return run.lazy ? run.lazy->OnCriuNotify(script) : Status::Ok();
   };
-  result.log = op.log_path;
+  run.result.log = op.log_path;
   auto resp = criu::Run(op);
-  turn.Release();  // CRIU has exited, and its ghosts are gone
+  run.turn.Release();  // CRIU has exited, and its ghosts are gone
   run.criu_done = true;
-  if (huge_pages) {
+  if (run.huge_pages) {
     // The host's mode back as soon as CRIU is done: a failure to is told, not the restore's.
-    if (Status closed = huge_pages->Close(); !closed.ok() && options.progress)
+    if (Status closed = run.huge_pages->Close(); !closed.ok() && options.progress)
       options.progress({"huge-pages: " + closed.message(), 0, 0, false});
   }
-  if (verify_alongside) {
+  if (run.digests.valid()) {
     // A bad snapshot is the cause of whatever CRIU made of it.
     Timed<Status> digests = run.digests.get();
     phases.timings()["verify-digests"] = digests.seconds;
@@ -325,64 +355,72 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     // told beside what CRIU made of that, or alone when CRIU saw nothing.
     Status served = run.lazy->Check(resp.ok() ? std::chrono::milliseconds(0) : std::chrono::milliseconds(1000));
     if (!served.ok() && !resp.ok())
-      return Status::Error(resp.status().code(), "restore of `{}` failed: {}\n(and {})", meta.id,
-                           resp.status().message(), served.message());
-    if (!served.ok()) return served.Wrap(fmt::format("restore of `{}` failed", meta.id));
+      return Status::Error(resp.status().code(), "{}: {}\n(and {})", run.Failed(), resp.status().message(),
+                           served.message());
+    if (!served.ok()) return served.Wrap(run.Failed());
   }
   // The undo tears down what CRIU left: it rolls back what it fails, but one
   // that answered success and then died leaves a tree that must not stay.
-  if (!resp.ok()) return resp.status().Wrap(fmt::format("restore of `{}` failed", meta.id));
+  if (!resp.ok()) return resp.status().Wrap(run.Failed());
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("criu-restore"));
-  std::vector<pid_t> gpu_pids;
-  if (meta.gpu) {
+  run.restored_root = resp->restore().pid();
+  if (meta.gpu)
     for (int ns_pid : meta.gpu->ns_pids) {
       GPUSNAP_ASSIGN_OR_RETURN(pid_t p, proc::WaitForNsPid(run.reaper.reaper_pid, ns_pid));
-      gpu_pids.push_back(p);
+      run.gpu_pids.push_back(p);
     }
-  }
   phases.Done();
+  return Status::Ok();
+}
 
-  // 4. GPU (a standby: at its wake, wake.cc).
-  if (run.gpu) {
-    GpuStep step{.gpu = &*run.gpu,
-                 .meta = &meta,
-                 .gpu_pids = gpu_pids,
-                 .timeout = std::chrono::seconds(options.timeout_s),
-                 .before_load = nullptr,
-                 .progress = options.progress,
-                 .failed = fmt::format("restore of `{}` failed", meta.id)};
-    if (source.pull) {  // the shims read what was not preloaded from the store: it must all be there
-      step.before_load = [&source, &phases] {
-        auto t = std::chrono::steady_clock::now();
-        Status arrived = source.pull->WaitForChunks();
-        phases.timings()["pull-chunks-wait"] =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-        return arrived;
-      };
-    }
-    GPUSNAP_ASSIGN_OR_RETURN(run.held_shims, RestoreGpuProcesses(step, phases));
+// Step 4: the GPU processes restored onto the planned GPUs (gpu_steps.h); a
+// reference's chunks all in before the shims load what was not preloaded.
+Status RestoreGpu(const RestoreOptions& options, Phases& phases, RestoreRun& run) {
+  if (!run.gpu) return Status::Ok();  // no GPU state, or a standby (its wake takes this step)
+  const RestoreSource& source = *run.source;
+  GpuStep step{.gpu = &*run.gpu,
+               .meta = &source.meta,
+               .gpu_pids = run.gpu_pids,
+               .timeout = std::chrono::seconds(options.timeout_s),
+               .before_load = nullptr,
+               .progress = options.progress,
+               .failed = run.Failed()};
+  if (source.pull) {
+    step.before_load = [&source, &phases] {
+      auto t = std::chrono::steady_clock::now();
+      Status arrived = source.pull->WaitForChunks();
+      phases.timings()["pull-chunks-wait"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+      return arrived;
+    };
   }
+  GPUSNAP_ASSIGN_OR_RETURN(run.held_shims, RestoreGpuProcesses(step, phases));
+  return Status::Ok();
+}
 
-  // 5. Record it: the point of no return.
-  GPUSNAP_ASSIGN_OR_RETURN(pid_t host_pid, proc::WaitForNsPid(run.reaper.reaper_pid, resp->restore().pid()));
+// Step 5: a pulled snapshot joins the store, the reaper keeps the tree, the
+// tree goes (a standby's stays stopped), and the workload is recorded.
+Status Record(const RestoreOptions& options, Phases& phases, RestoreRun& run) {
+  const RestoreSource& source = *run.source;
+  const SnapshotMeta& meta = source.meta;
+  GPUSNAP_ASSIGN_OR_RETURN(pid_t host_pid, proc::WaitForNsPid(run.reaper.reaper_pid, run.restored_root));
   GPUSNAP_ASSIGN_OR_RETURN(auto stat, proc::ReadStat(host_pid));
   PauseIfRequested("record");
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("record"));
-  if (source.pull) {  // the snapshot joins the store: nothing reads the staging any more
+  if (source.pull) {  // nothing reads the staging any more
     // A standby's wake reads its chunks from the store: all of them, first.
     if (options.standby) GPUSNAP_RETURN_IF_ERROR(source.pull->WaitForChunks());
-    GPUSNAP_ASSIGN_OR_RETURN(result.pulled, source.pull->Publish());
-    phases.timings()["pull"] = result.pulled->seconds;
+    GPUSNAP_ASSIGN_OR_RETURN(run.result.pulled, source.pull->Publish());
+    phases.timings()["pull"] = run.result.pulled->seconds;
   }
-  if (run.lazy) GPUSNAP_RETURN_IF_ERROR(run.lazy->Commit().Wrap(fmt::format("restore of `{}` failed", meta.id)));
+  if (run.lazy) GPUSNAP_RETURN_IF_ERROR(run.lazy->Commit().Wrap(run.Failed()));
   GPUSNAP_RETURN_IF_ERROR(ns::CommitHold(run.reaper));
   if (!options.standby) {  // a standby's tree stays stopped until its wake
     phases.Start(meta.gpu && meta.gpu->gpushare ? "gpushare-resume" : "let-go");
-    GPUSNAP_RETURN_IF_ERROR(run.LetGo(gpu_pids).Wrap(fmt::format("restore of `{}` failed", meta.id)));
+    GPUSNAP_RETURN_IF_ERROR(run.LetGo().Wrap(run.Failed()));
     phases.Done();
   }
-  Workload& w = result.workload;
-  w.name = name;
+  Workload& w = run.result.workload;
+  w.name = run.name;
   w.pid = host_pid;
   w.reaper_pid = run.reaper.reaper_pid;
   w.cmdline = meta.source.cmdline;
@@ -391,14 +429,29 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   w.restored_from = meta.id;
   w.start_time = stat.start_time;
   w.standby = options.standby;
-  w.store = options.standby ? store.root() : "";
+  w.store = options.standby ? source.store->root() : "";
   w.running = true;
   if (run.lazy) w.lazy_pages = run.lazy->work_dir();
-  GPUSNAP_RETURN_IF_ERROR(RecordWorkload(w, std::move(name_claim)));
+  return RecordWorkload(w, std::move(*run.name_claim));
+}
+
+// The process story: the steps in order, one undo exit (Restore's WithUndo).
+Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases, RestoreRun& run, UndoStack& undo) {
+  // 1. Verify, and plan the GPUs.
+  GPUSNAP_RETURN_IF_ERROR(Verify(options, phases, run));
+  // 2. The namespace.
+  GPUSNAP_RETURN_IF_ERROR(EnterNamespace(options, phases, run, undo));
+  // 3. CRIU, once the ports, the turn, THP and a page server are ready.
+  GPUSNAP_RETURN_IF_ERROR(PrepareCriu(options, phases, run, undo));
+  GPUSNAP_RETURN_IF_ERROR(RunCriu(options, phases, run));
+  // 4. GPU (a standby: at its wake, wake.cc).
+  GPUSNAP_RETURN_IF_ERROR(RestoreGpu(options, phases, run));
+  // 5. Record it: the point of no return.
+  GPUSNAP_RETURN_IF_ERROR(Record(options, phases, run));
   undo.Disarm();
   phases.Total();
-  result.timings_s = phases.timings();
-  return result;
+  run.result.timings_s = phases.timings();
+  return std::move(run.result);
 }
 
 }  // namespace
@@ -424,7 +477,7 @@ Result<RestoreResult> Restore(const RestoreOptions& given) {
   // 1. The options: refused before anything is read or fetched.
   GPUSNAP_RETURN_IF_ERROR(CheckRestoreOptions(given));
   RestoreOptions options = given;
-  if (options.store.empty()) options.store = DefaultStore();
+  options.store = StoreOrDefault(options.store);
   Phases phases(options.progress);
 
   // 2. The source.
@@ -447,6 +500,7 @@ Result<RestoreResult> Restore(const RestoreOptions& given) {
   RestoreRun run;  // before the undo, whose steps refer to it
   run.source = &source;
   auto restored = WithUndo([&](UndoStack& undo) { return TakeRestore(options, phases, run, undo); });
+  run.ReleaseHeld();
   // A `both` snapshot of the store whose process part cannot run on this
   // node: its rootfs part, into the placeholder the undo left idle.
   if (restored.ok() || !captured.has_rootfs() || options.into_container.empty() || source.pull ||

@@ -85,7 +85,7 @@ Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun&
 
   // 1. Check, touching nothing.
   phases.Start("check");
-  std::string store_root = w.store.empty() ? DefaultStore() : w.store;
+  std::string store_root = StoreOrDefault(w.store);
   auto store = Store::Open(store_root, false);
   if (!store.ok()) return refused(store.status());
   run.store = std::move(store).value();

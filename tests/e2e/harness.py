@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -66,6 +67,47 @@ def write_meta(path, meta):
     sealed = dict(body, meta_sha256=hashlib.sha256(_canonical(body).encode()).hexdigest())
     with open(path, "w") as f:
         f.write(_canonical(sealed) + "\n")
+
+
+class StderrLines:
+    """A process's stderr read on a thread as it comes: the lines so far, and a
+    wait for a line that holds a needle."""
+
+    def __init__(self, proc):
+        self.proc = proc
+        self.lines = []
+        self.cond = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stderr:
+            with self.cond:
+                self.lines.append(line)
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def text(self):
+        with self.cond:
+            return "".join(self.lines)
+
+    def wait(self, needle, timeout=60, times=1):
+        """The lines holding `needle` once there are `times` of them; None when
+        the process ended or the time ran out first."""
+        end = time.time() + timeout
+        with self.cond:
+            while True:
+                found = [line for line in self.lines if needle in line]
+                if len(found) >= times:
+                    return found
+                left = end - time.time()
+                if (self.proc.poll() is not None and not self.reader.is_alive()) or left <= 0:
+                    return None
+                self.cond.wait(min(left, 0.5))
+
+    def join(self):
+        self.reader.join(timeout=10)
 
 
 def end_workloads(workloads, wait_gone):

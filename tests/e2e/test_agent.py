@@ -10,11 +10,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import threading
 import time
 import unittest
 
-from harness import GPUSNAP, WORKLOADS, FakeGpuCase, GpusnapCase, free_port, read_meta, write_meta
+from harness import GPUSNAP, WORKLOADS, FakeGpuCase, GpusnapCase, StderrLines, free_port, read_meta, write_meta
 
 
 
@@ -49,43 +48,25 @@ class Agent:
         self.socket = socket_path or os.path.join(case.tmp, "agent-run", "agent.sock")
         self.args = [GPUSNAP, "agent", "--socket", self.socket, *extra_args]
         self.proc = subprocess.Popen(self.args, env=env or case.env, stderr=subprocess.PIPE, text=True)
-        self.lines = []
-        self.cond = threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        self.stderr = StderrLines(self.proc)
         self.wait_line("listening on")
 
-    def _read(self):
-        for line in self.proc.stderr:
-            with self.cond:
-                self.lines.append(line)
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
     def wait_line(self, needle, timeout=60, times=1):
-        end = time.time() + timeout
-        with self.cond:
-            while True:
-                found = [line for line in self.lines if needle in line]
-                if len(found) >= times:
-                    return found[-1]
-                if self.proc.poll() is not None and not self.reader.is_alive():
-                    self.case.fail(f"agent exited ({self.proc.returncode}) before `{needle}`:\n{self.log()}")
-                left = end - time.time()
-                if left <= 0:
-                    self.case.fail(f"agent never logged `{needle}`:\n{self.log()}")
-                self.cond.wait(min(left, 0.5))
+        found = self.stderr.wait(needle, timeout, times)
+        if found:
+            return found[-1]
+        if self.proc.poll() is not None:
+            self.case.fail(f"agent exited ({self.proc.returncode}) before `{needle}`:\n{self.log()}")
+        self.case.fail(f"agent never logged `{needle}`:\n{self.log()}")
 
     def log(self):
-        with self.cond:
-            return "".join(self.lines)
+        return self.stderr.text()
 
     def kill(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
-        self.reader.join(timeout=10)
+        self.stderr.join()
         self.proc.stderr.close()
 
     def stop(self):

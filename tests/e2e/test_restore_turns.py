@@ -9,12 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import time
 import unittest
 
 import test_agent
-from harness import GPUSNAP, FakeGpuCase, GpusnapCase
+from harness import GPUSNAP, FakeGpuCase, GpusnapCase, StderrLines
 
 # CRIU's notification once the ghosts are made and before it removes them
 # (criu/cr-restore.c): a restore paused there holds its ghosts on disk.
@@ -29,36 +28,19 @@ class Command:
         self.proc = subprocess.Popen([GPUSNAP, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
         case.addCleanup(lambda: self.proc.poll() is None and self.proc.kill())
-        self.err, self.cond = [], threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self):
-        for line in self.proc.stderr:
-            with self.cond:
-                self.err.append(line)
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
+        self.err = StderrLines(self.proc)
 
     def stderr(self):
-        with self.cond:
-            return "".join(self.err)
+        return self.err.text()
 
     def wait_line(self, needle, timeout=60):
         """True once a line holds `needle`; False when the process ended or the time ran out first."""
-        end = time.time() + timeout
-        with self.cond:
-            while not any(needle in line for line in self.err):
-                if (self.proc.poll() is not None and not self.reader.is_alive()) or time.time() >= end:
-                    return False
-                self.cond.wait(0.2)
-            return True
+        return self.err.wait(needle, timeout) is not None
 
     def finish(self, timeout=300):
         out = self.proc.stdout.read()
         self.proc.wait(timeout=timeout)
-        self.reader.join(timeout=10)
+        self.err.join()
         self.proc.stdout.close()
         self.proc.stderr.close()
         return self.proc.returncode, out, self.stderr()
