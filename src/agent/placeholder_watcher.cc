@@ -15,6 +15,7 @@
 #include "k8s/mutate.h"
 #include "k8s/watch_event.h"
 #include "store/registry_reference.h"
+#include "util/clock.h"
 #include "util/mutex.h"
 #include "util/progress_bar.h"
 #include "util/thread_annotations.h"

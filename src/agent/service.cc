@@ -15,6 +15,7 @@
 #include "gpusnap/workload.h"
 #include "proc/proc.h"
 #include "snapshot/placeholder.h"
+#include "util/clock.h"
 #include "util/files.h"
 #include "util/progress_bar.h"
 #include "util/test_hooks.h"

@@ -58,6 +58,7 @@
 #include "chunks/chunk_lock.h"
 #include "criu/bundle.h"
 #include "criu/lazy_pages.h"
+#include "criu/lazy_pages_keeper.h"
 #include "criu/operation.h"
 #include "criu/options.h"
 #include "cuda/gpu_map.h"
@@ -65,21 +66,21 @@
 #include "gpusnap/operations.h"
 #include "gpushare/control/preload.h"
 #include "gpushare/control/tree.h"
+#include "host/huge_pages.h"
+#include "net/tcp_ports.h"
 #include "ns/reaper.h"
 #include "proc/proc.h"
 #include "registry/reference.h"
 #include "registry/staged_pull.h"
 #include "snapshot/gpu_steps.h"
-#include "snapshot/huge_pages.h"
-#include "snapshot/lazy_pages.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
 #include "snapshot/restore_turn.h"
 #include "snapshot/rootfs_restore.h"
-#include "snapshot/tcp_ports.h"
 #include "store/layout.h"
 #include "store/store.h"
 #include "util/beside.h"
+#include "util/clock.h"
 #include "util/fd.h"
 #include "util/files.h"
 #include "util/test_hooks.h"
@@ -144,7 +145,7 @@ struct RestoreRun {
   ns::SpawnedReaper reaper;
   bool into_container = false;
   std::vector<control::ShimProcess> held_shims;  // gpushare: loaded, their work held until the tree goes
-  std::optional<LazyPagesServer> lazy;  // --lazy-pages: the daemon serving the tree's memory, under its keeper
+  std::optional<criu::LazyPagesServer> lazy;  // --lazy-pages: the daemon serving the tree's memory, under its keeper
 
   // A restore that ends before CRIU has run lets the digests read at once:
   // the future's destructor waits for them.
@@ -242,7 +243,7 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
   if (!run.into_container && !meta.listen_ports.empty()) {
     phases.Start("free-ports");
     std::vector<uint16_t> ports(meta.listen_ports.begin(), meta.listen_ports.end());
-    GPUSNAP_RETURN_IF_ERROR(FreeTimeWaitPorts(ports, std::chrono::seconds(65), [&](const std::string& why) {
+    GPUSNAP_RETURN_IF_ERROR(net::FreeTimeWaitPorts(ports, std::chrono::seconds(65), [&](const std::string& why) {
                               if (options.progress) options.progress({"free-ports: " + why, 0, 0, false});
                             }).Wrap(fmt::format("restore of `{}` failed", meta.id)));
     phases.Done();
@@ -255,9 +256,9 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
                                             .timeout = std::chrono::seconds(options.timeout_s),
                                             .progress = options.progress},
                                            phases));
-  std::optional<HugePagesWindow> huge_pages;
+  std::optional<host::HugePagesWindow> huge_pages;
   if (options.huge_pages) {
-    GPUSNAP_ASSIGN_OR_RETURN(huge_pages, HugePagesWindow::Open(ThpFile(), RunDir() + "/thp"));
+    GPUSNAP_ASSIGN_OR_RETURN(huge_pages, host::HugePagesWindow::Open(host::ThpFile(), RunDir() + "/thp"));
     PauseIfRequested("huge-pages");
   }
   std::string images = source.dir + "/" + SnapshotFiles::kCheckpointDir;
@@ -267,8 +268,8 @@ Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases,
     // CRIU's work dir is the daemon's: the restore finds it by its socket there.
     phases.Start("lazy-pages-start");
     GPUSNAP_RETURN_IF_ERROR(criu::CheckLazyPages(bundle).Wrap("refusing to restore"));
-    GPUSNAP_ASSIGN_OR_RETURN(logs, MakeLazyPagesWorkDir(name));
-    GPUSNAP_ASSIGN_OR_RETURN(run.lazy, LazyPagesServer::Start({.bundle = &bundle,
+    GPUSNAP_ASSIGN_OR_RETURN(logs, criu::MakeLazyPagesWorkDir(RunDir(), name));
+    GPUSNAP_ASSIGN_OR_RETURN(run.lazy, criu::LazyPagesServer::Start({.bundle = &bundle,
                                                               .images_dir = std::filesystem::absolute(images).string(),
                                                               .work_dir = logs,
                                                               .reaper_pid = run.reaper.reaper_pid,

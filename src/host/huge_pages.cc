@@ -1,4 +1,4 @@
-#include "snapshot/huge_pages.h"
+#include "host/huge_pages.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -11,7 +11,7 @@
 #include "util/fd.h"
 #include "util/files.h"
 
-namespace gpusnap {
+namespace gpusnap::host {
 
 namespace {
 
@@ -99,4 +99,4 @@ Status HugePagesWindow::Close() {
   return Status::Ok();
 }
 
-}  // namespace gpusnap
+}  // namespace gpusnap::host

@@ -16,15 +16,15 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "gpusnap/status.h"
-#include "snapshot/checkpointable.h"
 
-namespace gpusnap {
+namespace gpusnap::net {
 
 // One row of /proc/net/tcp or tcp6.
 struct TcpRow {
@@ -47,9 +47,12 @@ std::vector<uint16_t> ListeningPorts(const std::vector<TcpRow>& rows, const std:
 // Pure: the TIME_WAIT connections on one of `ports` (as their local port).
 std::vector<TcpRow> TimeWaitOn(const std::vector<TcpRow>& rows, const std::vector<uint16_t>& ports);
 
-// The ports the tree listens on (its sockets, as the network namespace of its
-// first process shows them).
-std::vector<uint16_t> TreeListeningPorts(const std::vector<ProcessFiles>& tree);
+// Pure: the inode of the socket a /proc/<pid>/fd link names ("socket:[4242]"),
+// nullopt for anything else.
+std::optional<uint64_t> SocketInode(std::string_view fd_link);
+// The ports the sockets `socket_inodes` listen on, as the network namespace
+// of process `pid` shows them (its /proc/<pid>/net/tcp and tcp6).
+std::vector<uint16_t> ListeningPortsOf(pid_t pid, const std::set<uint64_t>& socket_inodes);
 
 // Ends the TIME_WAIT connections on `ports` in this process's network
 // namespace; where the kernel refuses (no CONFIG_INET_DIAG_DESTROY, no
@@ -58,4 +61,4 @@ std::vector<uint16_t> TreeListeningPorts(const std::vector<ProcessFiles>& tree);
 Status FreeTimeWaitPorts(const std::vector<uint16_t>& ports, std::chrono::milliseconds limit,
                          const std::function<void(const std::string&)>& waiting);
 
-}  // namespace gpusnap
+}  // namespace gpusnap::net

@@ -1,11 +1,11 @@
-#include "snapshot/huge_pages.h"
+#include "host/huge_pages.h"
 
 #include <gtest/gtest.h>
 
 #include "util/files.h"
 #include "util/temp_dir_testing.h"
 
-namespace gpusnap {
+namespace gpusnap::host {
 namespace {
 
 std::string Read(const std::string& path) {
@@ -63,4 +63,4 @@ TEST_F(HugePagesWindowTest, AnUnwritableSettingIsAnErrorNamingIt) {
 }
 
 }  // namespace
-}  // namespace gpusnap
+}  // namespace gpusnap::host

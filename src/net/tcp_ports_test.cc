@@ -1,8 +1,8 @@
-#include "snapshot/tcp_ports.h"
+#include "net/tcp_ports.h"
 
 #include <gtest/gtest.h>
 
-namespace gpusnap {
+namespace gpusnap::net {
 namespace {
 
 // As /proc/net/tcp shows a listener on 127.0.0.1:29777 (inode 4242), a client
@@ -61,5 +61,13 @@ TEST(TcpPorts, TimeWaitOnTheListenersPortsOnly) {
   EXPECT_TRUE(TimeWaitOn(rows, {1234}).empty());
 }
 
+TEST(TcpPorts, SocketInodeOfAnFdLink) {
+  EXPECT_EQ(SocketInode("socket:[4242]"), 4242u);
+  EXPECT_EQ(SocketInode("socket:[]"), std::nullopt);
+  EXPECT_EQ(SocketInode("socket:[abc]"), std::nullopt);
+  EXPECT_EQ(SocketInode("pipe:[4242]"), std::nullopt);
+  EXPECT_EQ(SocketInode("/dev/null"), std::nullopt);
+}
+
 }  // namespace
-}  // namespace gpusnap
+}  // namespace gpusnap::net

@@ -1,4 +1,4 @@
-#include "snapshot/tcp_ports.h"
+#include "net/tcp_ports.h"
 
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
@@ -18,7 +18,7 @@
 #include "util/fd.h"
 #include "util/files.h"
 
-namespace gpusnap {
+namespace gpusnap::net {
 namespace {
 
 bool ParseHex(std::string_view s, uint64_t& out) {
@@ -124,17 +124,16 @@ std::vector<TcpRow> TimeWaitOn(const std::vector<TcpRow>& rows, const std::vecto
   return out;
 }
 
-std::vector<uint16_t> TreeListeningPorts(const std::vector<ProcessFiles>& tree) {
-  if (tree.empty()) return {};
-  std::set<uint64_t> inodes;
-  for (const ProcessFiles& p : tree)
-    for (const auto& [fd, link] : p.fds) {
-      uint64_t inode = 0;
-      if (link.starts_with("socket:[") && link.ends_with("]") &&
-          std::from_chars(link.data() + 8, link.data() + link.size() - 1, inode).ec == std::errc())
-        inodes.insert(inode);
-    }
-  return ListeningPorts(ReadTable("/proc/" + std::to_string(tree.front().pid) + "/net"), inodes);
+std::optional<uint64_t> SocketInode(std::string_view fd_link) {
+  uint64_t inode = 0;
+  if (fd_link.starts_with("socket:[") && fd_link.ends_with("]") &&
+      std::from_chars(fd_link.data() + 8, fd_link.data() + fd_link.size() - 1, inode).ec == std::errc())
+    return inode;
+  return std::nullopt;
+}
+
+std::vector<uint16_t> ListeningPortsOf(pid_t pid, const std::set<uint64_t>& socket_inodes) {
+  return ListeningPorts(ReadTable("/proc/" + std::to_string(pid) + "/net"), socket_inodes);
 }
 
 Status FreeTimeWaitPorts(const std::vector<uint16_t>& ports, std::chrono::milliseconds limit,
@@ -170,4 +169,4 @@ Status FreeTimeWaitPorts(const std::vector<uint16_t>& ports, std::chrono::millis
   }
 }
 
-}  // namespace gpusnap
+}  // namespace gpusnap::net

@@ -18,7 +18,7 @@
 #include "gpusnap/status.h"
 #include "util/lock_file.h"
 
-namespace gpusnap {
+namespace gpusnap::host {
 
 // $GPUSNAP_THP_FILE (tests), else /sys/kernel/mm/transparent_hugepage/enabled.
 std::string ThpFile();
@@ -46,4 +46,4 @@ class HugePagesWindow {
   std::optional<LockFile> holder_;
 };
 
-}  // namespace gpusnap
+}  // namespace gpusnap::host

@@ -1,4 +1,4 @@
-#include "snapshot/lazy_pages.h"
+#include "criu/lazy_pages_keeper.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -18,12 +18,12 @@
 #include "criu/lazy_pages.h"
 #include "criu/operation.h"
 #include "criu/swrk.h"
-#include "gpusnap/workload.h"
 #include "proc/proc.h"
 #include "util/child_fds.h"
+#include "util/clock.h"
 #include "util/files.h"
 
-namespace gpusnap {
+namespace gpusnap::criu {
 
 namespace {
 
@@ -115,11 +115,11 @@ void Keeper::KillTree() {
 }
 
 Status Keeper::StartDaemon() {
-  GPUSNAP_ASSIGN_OR_RETURN(criu::Bundle bundle, criu::FindBundle(a_.bundle));
+  GPUSNAP_ASSIGN_OR_RETURN(Bundle bundle, FindBundle(a_.bundle));
   int ready[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) return Status::Errno(errno, "pipe");
   UniqueFd ready_rd(ready[0]), ready_wr(ready[1]);
-  std::vector<std::string> args = bundle.Argv(criu::LazyPagesArgs(
+  std::vector<std::string> args = bundle.Argv(LazyPagesArgs(
       {.images_dir = a_.images, .work_dir = a_.dir, .status_fd = ready_wr.get(), .verbose = a_.verbose}));
   std::string line;
   for (const auto& s : args) line += (line.empty() ? "" : " ") + s;
@@ -159,11 +159,11 @@ Status Keeper::StartDaemon() {
     // Closed without the byte: it ended (or is ending).
     int wstatus = 0;
     ::waitpid(d, &wstatus, 0);
-    std::string why = criu::DescribeExit(criu::CriuExitFromLauncher(wstatus));
-    auto text = ReadFile(a_.dir + "/" + criu::kLazyPagesLog);
-    std::string lines = text.ok() ? criu::ErrorLines(*text) : "";
+    std::string why = DescribeExit(CriuExitFromLauncher(wstatus));
+    auto text = ReadFile(a_.dir + "/" + kLazyPagesLog);
+    std::string lines = text.ok() ? ErrorLines(*text) : "";
     return Status::Error(Code::kExternal, "criu lazy-pages {} before it listened{}{} (its log: {}/{})", why,
-                         lines.empty() ? "" : ": ", lines, a_.dir, criu::kLazyPagesLog);
+                         lines.empty() ? "" : ": ", lines, a_.dir, kLazyPagesLog);
   }
 }
 
@@ -189,7 +189,7 @@ int Keeper::Run() {
                                       delivered_s, after)
                        : fmt::format("done: every page delivered in {:.2f} s (before the restore returned)",
                                      delivered_s));
-    ::unlink((a_.dir + "/" + criu::kLazyPagesSocket).c_str());
+    ::unlink((a_.dir + "/" + kLazyPagesSocket).c_str());
     return 0;
   };
   for (;;) {
@@ -205,7 +205,7 @@ int Keeper::Run() {
       int wstatus = 0;
       pid_t r = ::waitpid(daemon_, &wstatus, WNOHANG);
       if (r == daemon_) {
-        criu::CriuExit exit = criu::CriuExitFromLauncher(wstatus);
+        CriuExit exit = CriuExitFromLauncher(wstatus);
         if (exit.signal == 0 && exit.code == 0) {
           delivered = true;
           delivered_s = SecondsSince(started);
@@ -217,7 +217,7 @@ int Keeper::Run() {
               "the lazy-pages server (criu lazy-pages, pid {}) {} before every page of the restored memory was "
               "delivered; the restored tree of `{}` was killed, as its memory was incomplete (the server's log: "
               "{}/{})",
-              daemon_, criu::DescribeExit(exit), a_.name, a_.dir, criu::kLazyPagesLog);
+              daemon_, DescribeExit(exit), a_.name, a_.dir, kLazyPagesLog);
           SetState("failed: " + why);
           // Before the commit the restore fails and says so itself.
           if (committed && !a_.workload_log.empty()) {
@@ -225,7 +225,7 @@ int Keeper::Run() {
             if (wl.valid()) (void)WriteAll(wl.get(), "gpusnap: " + why + "\n", a_.workload_log);
           }
           Tell("failed " + why);
-          ::unlink((a_.dir + "/" + criu::kLazyPagesSocket).c_str());
+          ::unlink((a_.dir + "/" + kLazyPagesSocket).c_str());
           return 1;
         }
       }
@@ -256,7 +256,7 @@ int Keeper::Run() {
           ::waitpid(daemon_, nullptr, 0);
         }
         SetState("abandoned: the restore did not complete");
-        ::unlink((a_.dir + "/" + criu::kLazyPagesSocket).c_str());
+        ::unlink((a_.dir + "/" + kLazyPagesSocket).c_str());
         return 0;
       }
     }
@@ -281,9 +281,9 @@ std::string ReadLazyPagesState(const std::string& work_dir) {
   return line;
 }
 
-Result<std::string> MakeLazyPagesWorkDir(const std::string& name) {
+Result<std::string> MakeLazyPagesWorkDir(const std::string& run_dir, const std::string& name) {
   static std::atomic<int> counter{0};
-  std::string parent = RunDir() + "/lazy-pages";
+  std::string parent = run_dir + "/lazy-pages";
   GPUSNAP_RETURN_IF_ERROR(MakeDirs(parent, 0700));
   std::string dir = std::filesystem::absolute(fmt::format("{}/{}-{}-{}", parent, name, ::getpid(), counter++)).string();
   if (::mkdir(dir.c_str(), 0700) != 0) return Status::Errno(errno, "creating `{}`", dir);
@@ -468,4 +468,4 @@ int LazyPagesKeeperMain(int argc, char** argv) {
   return Keeper(std::move(a)).Run();
 }
 
-}  // namespace gpusnap
+}  // namespace gpusnap::criu

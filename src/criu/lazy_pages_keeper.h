@@ -35,10 +35,10 @@
 #include "gpusnap/status.h"
 #include "util/fd.h"
 
-namespace gpusnap {
+namespace gpusnap::criu {
 
 struct LazyPagesSpec {
-  const criu::Bundle* bundle = nullptr;  // REQUIRES: non-null
+  const Bundle* bundle = nullptr;        // REQUIRES: non-null
   std::string images_dir;                // REQUIRES: absolute, the snapshot's CRIU images
   std::string work_dir;                  // REQUIRES: absolute, exists; the restore's CRIU work dir too
   pid_t reaper_pid = 0;                  // REQUIRES: > 0, pid 1 of the namespace the tree is restored into
@@ -52,8 +52,9 @@ struct LazyPagesSpec {
 std::string LazyPagesStateFile(const std::string& work_dir);
 std::string ReadLazyPagesState(const std::string& work_dir);
 
-// A new work dir for one lazy restore of `name` under <run dir>/lazy-pages.
-Result<std::string> MakeLazyPagesWorkDir(const std::string& name);
+// A new work dir for one lazy restore of `name` under <run_dir>/lazy-pages
+// (the workloads' run directory, gpusnap/workload.h's RunDir()).
+Result<std::string> MakeLazyPagesWorkDir(const std::string& run_dir, const std::string& name);
 
 class LazyPagesServer {
  public:
@@ -103,4 +104,4 @@ class LazyPagesServer {
 // daemon delivered every page (or the restore was abandoned), 1 otherwise.
 int LazyPagesKeeperMain(int argc, char** argv);
 
-}  // namespace gpusnap
+}  // namespace gpusnap::criu
