@@ -4,7 +4,7 @@
 
 #include "agent/request.h"
 #include "gpusnap/snapshot.h"
-#include "k8s/mutate.h"
+#include "k8s/annotations.h"
 #include "store/registry_reference.h"
 #include "util/progress_bar.h"
 
@@ -78,8 +78,8 @@ PodDecision DecidePod(const json& pod, std::string_view node, Memory memory) {
   p.node = Str(Field(pod, "spec"), "nodeName");
   p.snapshot = Str(annotations, k8s::kAnnotationRestoreFrom);
   p.source = ParseSnapshotRef(p.snapshot);
-  p.restore_status = Str(annotations, kAnnotationRestoreStatus);
-  p.restore_job = Str(annotations, kAnnotationRestoreJob);
+  p.restore_status = Str(annotations, k8s::kAnnotationRestoreStatus);
+  p.restore_job = Str(annotations, k8s::kAnnotationRestoreJob);
   auto decide = [&d](PodStep step, std::string reason) {
     d.step = step;
     d.reason = std::move(reason);
@@ -87,8 +87,8 @@ PodDecision DecidePod(const json& pod, std::string_view node, Memory memory) {
   };
 
   if (p.name.empty() || p.namespace_name.empty() || p.uid.empty()) return decide(PodStep::kIgnore, "not a pod");
-  if (Str(Field(meta, "labels"), k8s::kLabelPlaceholder) != "true")
-    return decide(PodStep::kIgnore, fmt::format("not labelled {}=true", k8s::kLabelPlaceholder));
+  if (Str(Field(meta, "labels"), k8s::kLabelPlaceholder) != k8s::kLabelPlaceholderOn)
+    return decide(PodStep::kIgnore, fmt::format("not labelled {}={}", k8s::kLabelPlaceholder, k8s::kLabelPlaceholderOn));
   if (p.node != node)
     return decide(PodStep::kIgnore, p.node.empty() ? "not scheduled yet" : fmt::format("on node `{}`", p.node));
   if (p.snapshot.empty()) return decide(PodStep::kIgnore, fmt::format("no {} annotation", k8s::kAnnotationRestoreFrom));
@@ -100,14 +100,14 @@ PodDecision DecidePod(const json& pod, std::string_view node, Memory memory) {
   p.container_id = scheme == std::string::npos ? runtime_id : runtime_id.substr(scheme + 3);
 
   if (memory == Memory::kInHand) return decide(PodStep::kDone, "this agent is restoring it");
-  if (p.restore_status == kStatusRestored || p.restore_status == kStatusFailed)
+  if (p.restore_status == k8s::kRestoreStatusRestored || p.restore_status == k8s::kRestoreStatusFailed)
     return decide(PodStep::kDone, fmt::format("{} already", p.restore_status));
-  if (p.restore_status == kStatusRestoring)
+  if (p.restore_status == k8s::kRestoreStatusRestoring)
     return memory == Memory::kRecorded ? decide(PodStep::kDone, "recorded already (an older version of the pod)")
                                        : decide(PodStep::kRecover, "restoring, by an agent before this one");
   if (!p.restore_status.empty())
     return decide(PodStep::kDone, fmt::format("{} is `{}`, which this agent does not know: left alone",
-                                              kAnnotationRestoreStatus, p.restore_status));
+                                              k8s::kAnnotationRestoreStatus, p.restore_status));
 
   if (p.container.empty()) return decide(PodStep::kFail, "the pod has no container to restore into");
   if (!HasContainer(pod, p.container))
@@ -128,12 +128,12 @@ PodDecision DecidePod(const json& pod, std::string_view node, Memory memory) {
 json RecordPatch(const RestoreRecord& record, std::string_view resource_version) {
   json patch = {{"metadata",
                  {{"annotations",
-                   {{std::string(kAnnotationRestoreStatus), record.status},
-                    {std::string(kAnnotationRestoreJob), OrNull(record.job)},
-                    {std::string(kAnnotationRestoreError), OrNull(Cut(record.error, 4000))},
-                    {std::string(kAnnotationRestorePath), OrNull(record.path)},
-                    {std::string(kAnnotationRestoreFallbackReason), OrNull(Cut(record.fallback_reason, 4000))},
-                    {std::string(kAnnotationRestoreProgress), nullptr}}}}}};
+                   {{std::string(k8s::kAnnotationRestoreStatus), record.status},
+                    {std::string(k8s::kAnnotationRestoreJob), OrNull(record.job)},
+                    {std::string(k8s::kAnnotationRestoreError), OrNull(Cut(record.error, 4000))},
+                    {std::string(k8s::kAnnotationRestorePath), OrNull(record.path)},
+                    {std::string(k8s::kAnnotationRestoreFallbackReason), OrNull(Cut(record.fallback_reason, 4000))},
+                    {std::string(k8s::kAnnotationRestoreProgress), nullptr}}}}}};
   if (!resource_version.empty()) patch["metadata"]["resourceVersion"] = resource_version;
   return patch;
 }
@@ -151,7 +151,7 @@ std::string RestoreProgress(const Job& job) {
 }
 
 json ProgressPatch(std::string_view progress) {
-  return {{"metadata", {{"annotations", {{std::string(kAnnotationRestoreProgress), Cut(progress, 1000)}}}}}};
+  return {{"metadata", {{"annotations", {{std::string(k8s::kAnnotationRestoreProgress), Cut(progress, 1000)}}}}}};
 }
 
 json RestoreEvent(const PlaceholderPod& pod, bool restored, const std::string& message, std::string_view node,
@@ -170,7 +170,7 @@ json RestoreEvent(const PlaceholderPod& pod, bool restored, const std::string& m
           {"type", restored ? "Normal" : "Warning"},
           {"action", "Restore"},
           {"source", {{"component", "gpusnap-agent"}, {"host", node}}},
-          {"reportingComponent", "gpusnap.io/agent"},
+          {"reportingComponent", k8s::kEventReportingComponent},
           {"reportingInstance", node},
           {"firstTimestamp", now},
           {"lastTimestamp", now},

@@ -7,7 +7,7 @@
 // registry reference (it holds a `/`), which the job pulls first: what the
 // store lacks of it is fetched.
 //
-// A pod's restore is recorded in its annotations:
+// A pod's restore is recorded in its annotations (k8s/annotations.h):
 //   gpusnap.io/restore-status    restoring | restored | failed
 //   gpusnap.io/restore-job       the agent's job id (GET /v1/jobs/<id> on its node)
 //   gpusnap.io/restore-error     why it failed (failed only)
@@ -36,15 +36,6 @@
 
 namespace gpusnap::agent {
 
-inline constexpr std::string_view kAnnotationRestoreStatus = "gpusnap.io/restore-status";
-inline constexpr std::string_view kAnnotationRestoreJob = "gpusnap.io/restore-job";
-inline constexpr std::string_view kAnnotationRestoreError = "gpusnap.io/restore-error";
-inline constexpr std::string_view kAnnotationRestoreProgress = "gpusnap.io/restore-progress";
-inline constexpr std::string_view kAnnotationRestorePath = "gpusnap.io/restore-path";
-inline constexpr std::string_view kAnnotationRestoreFallbackReason = "gpusnap.io/restore-fallback-reason";
-inline constexpr std::string_view kStatusRestoring = "restoring";
-inline constexpr std::string_view kStatusRestored = "restored";
-inline constexpr std::string_view kStatusFailed = "failed";
 inline constexpr std::string_view kReasonRestored = "GpusnapRestored";
 inline constexpr std::string_view kReasonRestoreFailed = "GpusnapRestoreFailed";
 
@@ -87,7 +78,7 @@ PodDecision DecidePod(const nlohmann::json& pod, std::string_view node, Memory m
 
 // The pod's restore, as its annotations record it.
 struct RestoreRecord {
-  std::string status;  // kStatusRestoring, kStatusRestored or kStatusFailed
+  std::string status;  // restoring, restored or failed (k8s::kRestoreStatus*)
   std::string job;     // empty: removed
   std::string error;   // empty: removed
   // Restored only; empty: removed. Defaulted: most records have neither.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "gpusnap/workload.h"
+#include "k8s/annotations.h"
 #include "k8s/mutate.h"
 #include "k8s/pod_testing.h"
 
@@ -205,7 +206,7 @@ TEST(RestoreProgress, ThePullThenWhatItDid) {
   pod.merge_patch(ProgressPatch("pull: 1 of 2"));
   EXPECT_EQ(pod["metadata"]["annotations"]["gpusnap.io/restore-progress"], "pull: 1 of 2");
   // The result's record takes it away.
-  pod.merge_patch(RecordPatch({std::string(kStatusRestored), "job-2222222222222222", ""}));
+  pod.merge_patch(RecordPatch({std::string(k8s::kRestoreStatusRestored), "job-2222222222222222", ""}));
   EXPECT_FALSE(pod["metadata"]["annotations"].contains("gpusnap.io/restore-progress"));
 }
 
@@ -229,7 +230,7 @@ TEST(DecidePod, ContainerIdTheAgentCannotFindFails) {
 TEST(RecordPatch, ClaimCarriesThePreconditionAndClearsOldResults) {
   json pod = WithAnnotation(WithAnnotation(Placeholder(), "gpusnap.io/restore-error", "old"), "gpusnap.io/restore-job",
                             "job-1111111111111111");
-  json patch = RecordPatch({std::string(kStatusRestoring), "", ""}, "4711");
+  json patch = RecordPatch({std::string(k8s::kRestoreStatusRestoring), "", ""}, "4711");
   EXPECT_EQ(patch["metadata"]["resourceVersion"], "4711");
   pod.merge_patch(patch);
   const json& a = pod["metadata"]["annotations"];
@@ -241,7 +242,7 @@ TEST(RecordPatch, ClaimCarriesThePreconditionAndClearsOldResults) {
 
 TEST(RecordPatch, ResultWithoutPrecondition) {
   json pod = Placeholder();
-  json patch = RecordPatch({std::string(kStatusFailed), "job-2222222222222222", "no snapshot `x`"});
+  json patch = RecordPatch({std::string(k8s::kRestoreStatusFailed), "job-2222222222222222", "no snapshot `x`"});
   EXPECT_FALSE(patch["metadata"].contains("resourceVersion"));
   pod.merge_patch(patch);
   const json& a = pod["metadata"]["annotations"];
@@ -252,7 +253,7 @@ TEST(RecordPatch, ResultWithoutPrecondition) {
 
 TEST(RecordPatch, ARootfsRestoreSaysSoAndWhy) {
   json pod = Placeholder();
-  RestoreRecord restored{std::string(kStatusRestored), "job-2222222222222222", ""};
+  RestoreRecord restored{std::string(k8s::kRestoreStatusRestored), "job-2222222222222222", ""};
   restored.path = "rootfs";
   restored.fallback_reason = "process restore refused: the snapshot needs driver 580, this node has 570";
   pod.merge_patch(RecordPatch(restored));
@@ -260,13 +261,13 @@ TEST(RecordPatch, ARootfsRestoreSaysSoAndWhy) {
   EXPECT_EQ(a["gpusnap.io/restore-path"], "rootfs");
   EXPECT_EQ(a["gpusnap.io/restore-fallback-reason"], restored.fallback_reason);
   // A new attempt's claim clears them.
-  pod.merge_patch(RecordPatch({std::string(kStatusRestoring), "", ""}, "4712"));
+  pod.merge_patch(RecordPatch({std::string(k8s::kRestoreStatusRestoring), "", ""}, "4712"));
   EXPECT_FALSE(a.contains("gpusnap.io/restore-path"));
   EXPECT_FALSE(a.contains("gpusnap.io/restore-fallback-reason"));
 }
 
 TEST(RecordPatch, LongErrorsAreCut) {
-  json patch = RecordPatch({std::string(kStatusFailed), "", std::string(10000, 'e')});
+  json patch = RecordPatch({std::string(k8s::kRestoreStatusFailed), "", std::string(10000, 'e')});
   EXPECT_EQ(patch["metadata"]["annotations"]["gpusnap.io/restore-error"].get<std::string>().size(), 4000u);
 }
 

@@ -11,8 +11,8 @@
 
 #include "agent/placeholder_pods.h"
 #include "gpusnap/workload.h"
+#include "k8s/annotations.h"
 #include "k8s/kube_client.h"
-#include "k8s/mutate.h"
 #include "k8s/watch_event.h"
 #include "store/registry_reference.h"
 #include "util/clock.h"
@@ -204,7 +204,7 @@ struct PlaceholderWatcher::Impl {
         return;
       case PodStep::kFail:
         log(fmt::format("kube: pod {}: cannot restore: {}", Describe(p), d.reason));
-        Claim(p, RestoreRecord{std::string(kStatusFailed), "", d.reason}, [this, p, reason = d.reason] {
+        Claim(p, RestoreRecord{std::string(k8s::kRestoreStatusFailed), "", d.reason}, [this, p, reason = d.reason] {
           Recorded(p, false, reason);
         });
         return;
@@ -212,7 +212,7 @@ struct PlaceholderWatcher::Impl {
         Recover(p);
         return;
       case PodStep::kRestore:
-        Claim(p, RestoreRecord{std::string(kStatusRestoring), "", ""}, [this, p] { StartRestore(p); });
+        Claim(p, RestoreRecord{std::string(k8s::kRestoreStatusRestoring), "", ""}, [this, p] { StartRestore(p); });
         return;
     }
   }
@@ -257,14 +257,14 @@ struct PlaceholderWatcher::Impl {
         return;
       }
       log(fmt::format("kube: pod {}: restore of `{}` refused: {}", Describe(p), p.snapshot, refused->error.message));
-      return Record(p, RestoreRecord{std::string(kStatusFailed), "", refused->error.message}, false,
+      return Record(p, RestoreRecord{std::string(k8s::kRestoreStatusFailed), "", refused->error.message}, false,
                     refused->error.message, 0);
     }
     std::string job = std::get<Accepted>(started).job_id;
     log(fmt::format("kube: pod {}: restoring snapshot `{}` into container {} ({}): job {}", Describe(p), p.snapshot,
                     p.container, p.container_id.substr(0, 12), job));
     // Best effort: the final record names the job too.
-    auto named = client->MergePatch(PodPath(p), RecordPatch({std::string(kStatusRestoring), job, ""}));
+    auto named = client->MergePatch(PodPath(p), RecordPatch({std::string(k8s::kRestoreStatusRestoring), job, ""}));
     if (!named.ok()) log(fmt::format("kube: pod {}: naming job {}: {}", Describe(p), job, named.status().ToString()));
     Follow(p, job);
   }
@@ -281,7 +281,7 @@ struct PlaceholderWatcher::Impl {
       shown.erase(p.uid);
       if (!job.ok()) {
         std::string why = fmt::format("job {} is gone from the agent", job_id);
-        return Record(p, RestoreRecord{std::string(kStatusFailed), job_id, why}, false, why, 0);
+        return Record(p, RestoreRecord{std::string(k8s::kRestoreStatusFailed), job_id, why}, false, why, 0);
       }
       RecordJob(p, *job);
     });
@@ -324,7 +324,7 @@ struct PlaceholderWatcher::Impl {
                          p.container, job.restored_pid, job.timings_s.count("total") ? job.timings_s.at("total") : 0.0,
                          job.id, how)
            : fmt::format("restore of {} failed: {} (job {})", what, job.error, job.id);
-    RestoreRecord record{std::string(ok ? kStatusRestored : kStatusFailed), job.id, ok ? "" : job.error};
+    RestoreRecord record{std::string(ok ? k8s::kRestoreStatusRestored : k8s::kRestoreStatusFailed), job.id, ok ? "" : job.error};
     if (ok) {
       record.path = job.restore_path;
       record.fallback_reason = job.fallback_reason;
@@ -344,8 +344,8 @@ struct PlaceholderWatcher::Impl {
     }
     std::string why = fmt::format("the agent stopped before its restore job started; remove the annotation {} to "
                                   "try again",
-                                  kAnnotationRestoreStatus);
-    Record(p, RestoreRecord{std::string(kStatusFailed), p.restore_job, why}, false, why, 0);
+                                  k8s::kAnnotationRestoreStatus);
+    Record(p, RestoreRecord{std::string(k8s::kRestoreStatusFailed), p.restore_job, why}, false, why, 0);
   }
 
   // Writes the result on the pod until the API server takes it; then the Event.
@@ -375,7 +375,7 @@ struct PlaceholderWatcher::Impl {
 
   void Recorded(const PlaceholderPod& p, bool restored, const std::string& message) {
     memory[p.uid] = Memory::kRecorded;
-    log(fmt::format("kube: pod {}: {}: {}", Describe(p), restored ? kStatusRestored : kStatusFailed, message));
+    log(fmt::format("kube: pod {}: {}: {}", Describe(p), restored ? k8s::kRestoreStatusRestored : k8s::kRestoreStatusFailed, message));
     PostEvent(p, restored, message, 0);
   }
 
@@ -412,7 +412,7 @@ Result<std::unique_ptr<PlaceholderWatcher>> PlaceholderWatcher::Start(const Kube
   auto impl = std::make_unique<Impl>(options, service, std::move(log));
   impl->client = std::move(*client);
   impl->selector = fmt::format("labelSelector={}&fieldSelector={}",
-                               k8s::QueryEscape(fmt::format("{}=true", k8s::kLabelPlaceholder)),
+                               k8s::QueryEscape(fmt::format("{}={}", k8s::kLabelPlaceholder, k8s::kLabelPlaceholderOn)),
                                k8s::QueryEscape("spec.nodeName=" + options.node_name));
   impl->log(fmt::format("kube: restoring into the placeholder pods of node {} (API server {})", options.node_name,
                         impl->client->server()));

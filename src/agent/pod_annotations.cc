@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "agent/registry_access.h"
+#include "k8s/annotations.h"
 #include "snapshot/capture_path.h"
 
 namespace gpusnap::agent {
@@ -66,15 +67,15 @@ Result<CheckpointSettings> CheckpointSettingsFor(const CheckpointRequest& reques
     s.capture_path = *request.capture_path;
     s.capture_path_from = "the request";
   } else {
-    GPUSNAP_ASSIGN_OR_RETURN(auto value, Annotation(pod, kAnnotationCapturePath));
+    GPUSNAP_ASSIGN_OR_RETURN(auto value, Annotation(pod, k8s::kAnnotationCapturePath));
     if (value) {
       std::optional<CapturePath> path = ParseCapturePath(Trim(*value));
       if (!path)
         return Status::Error(Code::kInvalidArgument,
                              "annotation {} `{}` is not a capture path: expected auto, process, rootfs or both",
-                             kAnnotationCapturePath, Printable(*value));
+                             k8s::kAnnotationCapturePath, Printable(*value));
       s.capture_path = *path;
-      s.capture_path_from = fmt::format("annotation {}", kAnnotationCapturePath);
+      s.capture_path_from = fmt::format("annotation {}", k8s::kAnnotationCapturePath);
     }
   }
 
@@ -90,19 +91,19 @@ Result<CheckpointSettings> CheckpointSettingsFor(const CheckpointRequest& reques
   if (request.caches) {
     s.caches = *request.caches;
   } else if (rootfs) {
-    GPUSNAP_ASSIGN_OR_RETURN(auto value, Annotation(pod, kAnnotationCaches));
+    GPUSNAP_ASSIGN_OR_RETURN(auto value, Annotation(pod, k8s::kAnnotationCaches));
     if (value) {
       s.caches = SplitAnnotationList(*value);
-      GPUSNAP_RETURN_IF_ERROR(CheckCaches(fmt::format("annotation {}", kAnnotationCaches), s.caches));
+      GPUSNAP_RETURN_IF_ERROR(CheckCaches(fmt::format("annotation {}", k8s::kAnnotationCaches), s.caches));
     }
   }
   if (request.exclude) {
     s.exclude = *request.exclude;
   } else if (rootfs) {
-    GPUSNAP_ASSIGN_OR_RETURN(auto value, Annotation(pod, kAnnotationRootfsExclude));
+    GPUSNAP_ASSIGN_OR_RETURN(auto value, Annotation(pod, k8s::kAnnotationRootfsExclude));
     if (value) {
       s.exclude = SplitAnnotationList(*value);
-      GPUSNAP_RETURN_IF_ERROR(CheckExclusions(fmt::format("annotation {}", kAnnotationRootfsExclude), s.exclude));
+      GPUSNAP_RETURN_IF_ERROR(CheckExclusions(fmt::format("annotation {}", k8s::kAnnotationRootfsExclude), s.exclude));
     }
   }
   return s;
@@ -111,8 +112,8 @@ Result<CheckpointSettings> CheckpointSettingsFor(const CheckpointRequest& reques
 json CapturePathChosenPatch(CapturePath path, std::string_view reason) {
   return {{"metadata",
            {{"annotations",
-             {{std::string(kAnnotationCapturePathChosen), std::string(CapturePathName(path))},
-              {std::string(kAnnotationCapturePathReason), reason.empty() ? json(nullptr) : json(Cut(reason, 4000))}}}}}};
+             {{std::string(k8s::kAnnotationCapturePathChosen), std::string(CapturePathName(path))},
+              {std::string(k8s::kAnnotationCapturePathReason), reason.empty() ? json(nullptr) : json(Cut(reason, 4000))}}}}}};
 }
 
 std::function<Result<std::optional<json>>(const container::PodRef&)> MakePodLookup(

@@ -1,5 +1,6 @@
 // What a pod's annotations ask of the agent's checkpoints of it, and what
-// the agent writes back (docs/KUBERNETES.md, "Capturing"):
+// the agent writes back (docs/KUBERNETES.md, "Capturing"; the names are
+// k8s/annotations.h's):
 //
 //   gpusnap.io/push-to          a registry reference the snapshot is pushed to
 //   gpusnap.io/capture-path     auto | process | rootfs | both
@@ -32,12 +33,6 @@
 #include "k8s/kube_client.h"
 
 namespace gpusnap::agent {
-
-inline constexpr std::string_view kAnnotationCapturePath = "gpusnap.io/capture-path";
-inline constexpr std::string_view kAnnotationCaches = "gpusnap.io/caches";
-inline constexpr std::string_view kAnnotationRootfsExclude = "gpusnap.io/rootfs-exclude";
-inline constexpr std::string_view kAnnotationCapturePathChosen = "gpusnap.io/capture-path-chosen";
-inline constexpr std::string_view kAnnotationCapturePathReason = "gpusnap.io/capture-path-reason";
 
 // The agent's capture path when neither the request nor the pod names one.
 inline constexpr CapturePath kDefaultCapturePath = CapturePath::kAuto;

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "agent/request.h"
+#include "k8s/annotations.h"
 #include "k8s/kubeconfig.h"
-#include "k8s/mutate.h"
 #include "store/registry_reference.h"
 #include "util/files.h"
 #include "util/mutex.h"

@@ -12,7 +12,7 @@
 // file as it was, and says so in the log. The credentials themselves are
 // never logged nor put in an error.
 //
-// A pod's gpusnap.io/push-to (k8s/mutate.h) is checked as a registry
+// A pod's gpusnap.io/push-to (k8s/annotations.h) is checked as a registry
 // reference (agent/pod_annotations.h reads it with the pod's other settings).
 #pragma once
 
