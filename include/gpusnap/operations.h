@@ -75,7 +75,7 @@ struct RestoreOptions {
   // instead of a fresh namespace. Empty: a fresh namespace.
   std::string into_container;
   // The host's transparent huge pages set to `always` while CRIU restores,
-  // its own mode put back after (snapshot/huge_pages.h).
+  // its own mode put back after (host/huge_pages.h).
   bool huge_pages = false;
   // A standby (docs/STANDBY.md): everything restored but the GPU, every task
   // left stopped, holding no GPU memory and no context, recorded as a standby
@@ -85,7 +85,7 @@ struct RestoreOptions {
   // The tree's private anonymous memory arrives after the restore returns,
   // served on demand and copied in the background by a `criu lazy-pages`
   // daemon under a keeper that kills the tree should the daemon die before
-  // every page is in (snapshot/lazy_pages.h). Needs userfaultfd.
+  // every page is in (criu/lazy_pages_keeper.h). Needs userfaultfd.
   bool lazy_pages = false;
   ProgressFn progress;
   // Called once the snapshot's metadata is read (from the store, or the

@@ -123,7 +123,4 @@ bool IsValidWorkloadName(std::string_view name);
 // use 1-40 ..." (the whole rule, first character included), or Ok.
 Status CheckWorkloadName(std::string_view name);
 
-// Now, as RFC 3339 UTC.
-std::string NowRfc3339();
-
 }  // namespace gpusnap

@@ -1,7 +1,7 @@
 #include <cstdlib>
 
-#include "agent/http_server.h"
-#include "agent/route.h"
+#include "agent/client/route.h"
+#include "agent/server/http_server.h"
 #include "cli/cli.h"
 
 namespace gpusnap::cli {

@@ -1,5 +1,5 @@
 // Through the node agent or in-process: the look at the agent's socket, the
-// route (agent/route.h), and the commands as jobs of the agent (docs/AGENT.md,
+// route (agent/client/route.h), and the commands as jobs of the agent (docs/AGENT.md,
 // "From the CLI"). What goes through the agent prints what the in-process
 // command prints: a workload name is resolved through this machine's run
 // directory, the job's phases show as the library's progress events, and the
@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "agent/client.h"
-#include "agent/request.h"
+#include "agent/api/request.h"
+#include "agent/client/client.h"
 #include "cli/cli.h"
 #include "cli/progress.h"
 

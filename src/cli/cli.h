@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/route.h"
+#include "agent/client/route.h"
 #include "gpusnap/operations.h"
 #include "gpusnap/status.h"
 #include "util/progress_bar.h"  // HumanBytes
@@ -47,7 +47,7 @@ void AddRegistry(CLI::App& app, Context& ctx);  // push, pull
 void AddRegistryFlags(CLI::App& sub, RegistryAccess& access);
 
 // Through the node agent or in-process (agent_client.cc; the rules are in
-// agent/route.h). --agent SOCKET and --no-agent, on the subcommands that may
+// agent/client/route.h). --agent SOCKET and --no-agent, on the subcommands that may
 // go through the agent:
 struct AgentFlags {
   std::string socket;

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "cli/cli.h"
-#include "snapshot/lazy_pages.h"
+#include "criu/lazy_pages_keeper.h"
 
 namespace gpusnap::cli {
 
@@ -29,7 +29,7 @@ nlohmann::json ToJson(const Workload& w) {
                       {"running", w.running}, {"restored_from", w.restored_from}, {"state", WorkloadState(w)},
                       {"standby", w.running && w.standby}};
   if (!w.lazy_pages.empty())
-    j["lazy_pages"] = {{"dir", w.lazy_pages}, {"state", ReadLazyPagesState(w.lazy_pages)}};
+    j["lazy_pages"] = {{"dir", w.lazy_pages}, {"state", criu::ReadLazyPagesState(w.lazy_pages)}};
   return j;
 }
 

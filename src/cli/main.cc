@@ -2,16 +2,17 @@
 
 #include "cli/cli.h"
 #include "cli/usage.h"
+#include "criu/lazy_pages_keeper.h"
 #include "ns/reaper.h"
-#include "snapshot/lazy_pages.h"
 
 int main(int argc, char** argv) {
   // The namespace reaper, a container's placeholder and a lazy restore's keeper are this binary too; they take no
   // part in the CLI.
   if (argc > 1 && std::strcmp(argv[1], "__reaper") == 0) return gpusnap::ns::ReaperMain(argc - 2, argv + 2);
   if (argc > 1 && std::strcmp(argv[1], "__placeholder") == 0) return gpusnap::ns::PlaceholderMain(argc - 2, argv + 2);
-  // The keeper of a --lazy-pages restore's page server (snapshot/lazy_pages.h).
-  if (argc > 1 && std::strcmp(argv[1], "__lazy-pages") == 0) return gpusnap::LazyPagesKeeperMain(argc - 2, argv + 2);
+  // The keeper of a --lazy-pages restore's page server (criu/lazy_pages_keeper.h).
+  if (argc > 1 && std::strcmp(argv[1], "__lazy-pages") == 0)
+    return gpusnap::criu::LazyPagesKeeperMain(argc - 2, argv + 2);
 
   CLI::App app{"gpusnap: checkpoint and restore (GPU) process trees with CRIU"};
   app.require_subcommand(1);

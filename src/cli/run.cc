@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "cli/cli.h"
-#include "snapshot/lazy_pages.h"
+#include "criu/lazy_pages_keeper.h"
 
 namespace gpusnap::cli {
 
@@ -24,7 +24,7 @@ void AddPs(CLI::App& app, Context& ctx) {
                   cmd.c_str());
       // A lazy restore's memory: arriving, in, or why its server's end killed the tree.
       if (!w.lazy_pages.empty())
-        if (std::string state = ReadLazyPagesState(w.lazy_pages); !state.empty())
+        if (std::string state = criu::ReadLazyPagesState(w.lazy_pages); !state.empty())
           std::printf("%-24s memory %s\n", "", state.c_str());
     }
   });

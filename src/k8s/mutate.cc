@@ -124,7 +124,7 @@ Result<std::string> MakePlaceholder(json& pod, const MutateConfig& config, Mutat
   for (const HostPathVolume& v : volumes) EnsureVolume(pod, v);
   for (const json& m : mounts) EnsureMount(*c, m);
   SetResourceCount(*c, kGpuResource, gpus);
-  SetLabel(pod, kLabelPlaceholder, "true");
+  SetLabel(pod, kLabelPlaceholder, std::string(kLabelPlaceholderOn));
   record["restore"] = {{"container", name}, {"snapshot", id}, {"gpus", gpus}};
   return name;
 }
@@ -190,7 +190,7 @@ Result<Mutation> MutatePod(const json& pod, const MutateConfig& config) {
       GPUSNAP_ASSIGN_OR_RETURN(placeholder, MakePlaceholder(wanted, config, out, record));
     }
     std::string gpushare = Annotation(pod, kAnnotationGpushare);
-    if (gpushare == "true") {
+    if (gpushare == kGpushareOn) {
       AddGpushare(wanted, config, placeholder, out, record);
     } else if (!gpushare.empty()) {
       out.warnings.push_back(fmt::format("{}: `{}` is not \"true\"; ignored", kAnnotationGpushare, gpushare));

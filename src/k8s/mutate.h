@@ -1,6 +1,7 @@
 // The admission webhook's mutation: a pure function, pod in, JSONPatch out.
 //
-// Two opt-in annotations (docs/WEBHOOK.md says why each change is made):
+// Two opt-in annotations (docs/WEBHOOK.md says why each change is made; the
+// names and values of the pod contract are k8s/annotations.h's):
 //
 //  gpusnap.io/gpushare: "true"
 //    Every container and init container that requests nvidia.com/gpu gets the
@@ -45,19 +46,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpusnap/status.h"
+#include "k8s/annotations.h"
 
 namespace gpusnap::k8s {
 
-inline constexpr std::string_view kAnnotationGpushare = "gpusnap.io/gpushare";
-inline constexpr std::string_view kAnnotationRestoreFrom = "gpusnap.io/restore-from";
-inline constexpr std::string_view kAnnotationRestoreContainer = "gpusnap.io/restore-container";
-inline constexpr std::string_view kAnnotationGpuCount = "gpusnap.io/gpu-count";
-inline constexpr std::string_view kAnnotationOriginalCommand = "gpusnap.io/original-command";
-inline constexpr std::string_view kAnnotationMutation = "gpusnap.io/mutation";
-// Read by the agent, not the webhook: a checkpoint of the pod pushes its
-// snapshot to this registry reference (docs/KUBERNETES.md).
-inline constexpr std::string_view kAnnotationPushTo = "gpusnap.io/push-to";
-inline constexpr std::string_view kLabelPlaceholder = "gpusnap.io/placeholder";
 inline constexpr std::string_view kGpuResource = "nvidia.com/gpu";
 inline constexpr std::string_view kPodUidEnv = "GPUSNAP_POD_UID";
 inline constexpr std::string_view kChunkStoreEnv = "GPUSNAP_CHUNK_STORE";

@@ -53,7 +53,6 @@
 #include "snapshot/dump_log.h"
 #include "snapshot/phases.h"
 #include "snapshot/rootfs_capture.h"
-#include "snapshot/tcp_ports.h"
 #include "snapshot/target.h"
 #include "snapshot/tree_lock.h"
 #include "store/layout.h"

@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <set>
 #include <string_view>
 
+#include "net/tcp_ports.h"
 #include "proc/proc.h"
 
 namespace gpusnap {
@@ -52,6 +54,15 @@ std::vector<ProcessFiles> ReadProcessFiles(const std::vector<pid_t>& tree) {
   std::vector<ProcessFiles> files;
   for (pid_t pid : tree) files.push_back({pid, proc::Cmdline(pid), proc::OpenFiles(pid), proc::MappedPaths(pid)});
   return files;
+}
+
+std::vector<uint16_t> TreeListeningPorts(const std::vector<ProcessFiles>& tree) {
+  if (tree.empty()) return {};
+  std::set<uint64_t> inodes;
+  for (const ProcessFiles& p : tree)
+    for (const auto& [fd, link] : p.fds)
+      if (std::optional<uint64_t> inode = net::SocketInode(link)) inodes.insert(*inode);
+  return net::ListeningPortsOf(tree.front().pid, inodes);
 }
 
 }  // namespace gpusnap

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,7 +27,11 @@ struct ProcessFiles {
 Status CheckCheckpointable(const std::vector<ProcessFiles>& tree);
 
 // What each process of `tree` has open and mapped, read from /proc once for
-// every check of a checkpoint (this one, the listening ports of tcp_ports.h).
+// every check of a checkpoint (this one, TreeListeningPorts).
 std::vector<ProcessFiles> ReadProcessFiles(const std::vector<pid_t>& tree);
+
+// The TCP ports the tree listens on (its sockets, as the network namespace of
+// its first process shows them; net/tcp_ports.h), for a restore to free.
+std::vector<uint16_t> TreeListeningPorts(const std::vector<ProcessFiles>& tree);
 
 }  // namespace gpusnap

@@ -58,6 +58,7 @@
 #include "chunks/chunk_lock.h"
 #include "criu/bundle.h"
 #include "criu/lazy_pages.h"
+#include "criu/lazy_pages_keeper.h"
 #include "criu/operation.h"
 #include "criu/options.h"
 #include "cuda/gpu_map.h"
@@ -65,21 +66,21 @@
 #include "gpusnap/operations.h"
 #include "gpushare/control/preload.h"
 #include "gpushare/control/tree.h"
+#include "host/huge_pages.h"
+#include "net/tcp_ports.h"
 #include "ns/reaper.h"
 #include "proc/proc.h"
 #include "registry/reference.h"
 #include "registry/staged_pull.h"
 #include "snapshot/gpu_steps.h"
-#include "snapshot/huge_pages.h"
-#include "snapshot/lazy_pages.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
 #include "snapshot/restore_turn.h"
 #include "snapshot/rootfs_restore.h"
-#include "snapshot/tcp_ports.h"
 #include "store/layout.h"
 #include "store/store.h"
 #include "util/beside.h"
+#include "util/clock.h"
 #include "util/fd.h"
 #include "util/files.h"
 #include "util/test_hooks.h"
@@ -144,7 +145,7 @@ struct RestoreRun {
   ns::SpawnedReaper reaper;
   bool into_container = false;
   std::vector<control::ShimProcess> held_shims;  // gpushare: loaded, their work held until the tree goes
-  std::optional<LazyPagesServer> lazy;  // --lazy-pages: the daemon serving the tree's memory, under its keeper
+  std::optional<criu::LazyPagesServer> lazy;  // --lazy-pages: the daemon serving the tree's memory, under its keeper
   std::string name;                     // the workload's, claimed until it is recorded
   std::optional<NameClaim> name_claim;
   std::optional<criu::Bundle> bundle;
@@ -152,7 +153,7 @@ struct RestoreRun {
   std::vector<std::string> join_cgroups;  // a placeholder's: CRIU joins them
   std::string criu_work_dir;            // CRIU's logs (a lazy restore's: the daemon's dir)
   RestoreTurn turn;                     // images with deleted files: this restore's turn at CRIU
-  std::optional<HugePagesWindow> huge_pages;  // --huge-pages: THP `always` while CRIU runs
+  std::optional<host::HugePagesWindow> huge_pages;  // --huge-pages: THP `always` while CRIU runs
   pid_t restored_root = 0;              // the tree's root, in its namespace (CRIU's answer)
   std::vector<pid_t> gpu_pids;          // host pids, in meta.gpu->ns_pids order
   RestoreResult result;
@@ -267,7 +268,7 @@ Status PrepareCriu(const RestoreOptions& options, Phases& phases, RestoreRun& ru
   if (!run.into_container && !meta.listen_ports.empty()) {
     phases.Start("free-ports");
     std::vector<uint16_t> ports(meta.listen_ports.begin(), meta.listen_ports.end());
-    GPUSNAP_RETURN_IF_ERROR(FreeTimeWaitPorts(ports, std::chrono::seconds(65), [&](const std::string& why) {
+    GPUSNAP_RETURN_IF_ERROR(net::FreeTimeWaitPorts(ports, std::chrono::seconds(65), [&](const std::string& why) {
                               if (options.progress) options.progress({"free-ports: " + why, 0, 0, false});
                             }).Wrap(run.Failed()));
     phases.Done();
@@ -281,7 +282,7 @@ Status PrepareCriu(const RestoreOptions& options, Phases& phases, RestoreRun& ru
                                                       .progress = options.progress},
                                                      phases));
   if (options.huge_pages) {
-    GPUSNAP_ASSIGN_OR_RETURN(run.huge_pages, HugePagesWindow::Open(ThpFile(), RunDir() + "/thp"));
+    GPUSNAP_ASSIGN_OR_RETURN(run.huge_pages, host::HugePagesWindow::Open(host::ThpFile(), RunDir() + "/thp"));
     PauseIfRequested("huge-pages");
   }
   run.criu_work_dir = RunDir() + "/logs";
@@ -290,8 +291,8 @@ Status PrepareCriu(const RestoreOptions& options, Phases& phases, RestoreRun& ru
   // CRIU's work dir is the daemon's: the restore finds it by its socket there.
   phases.Start("lazy-pages-start");
   GPUSNAP_RETURN_IF_ERROR(criu::CheckLazyPages(*run.bundle).Wrap("refusing to restore"));
-  GPUSNAP_ASSIGN_OR_RETURN(run.criu_work_dir, MakeLazyPagesWorkDir(run.name));
-  GPUSNAP_ASSIGN_OR_RETURN(run.lazy, LazyPagesServer::Start({.bundle = &*run.bundle,
+  GPUSNAP_ASSIGN_OR_RETURN(run.criu_work_dir, criu::MakeLazyPagesWorkDir(RunDir(), run.name));
+  GPUSNAP_ASSIGN_OR_RETURN(run.lazy, criu::LazyPagesServer::Start({.bundle = &*run.bundle,
                                                             .images_dir = std::filesystem::absolute(images).string(),
                                                             .work_dir = run.criu_work_dir,
                                                             .reaper_pid = run.reaper.reaper_pid,

@@ -39,6 +39,7 @@
 #include "snapshot/placeholder.h"
 #include "store/layout.h"
 #include "store/store.h"
+#include "util/clock.h"
 #include "util/fd.h"
 #include "util/files.h"
 #include "util/test_hooks.h"

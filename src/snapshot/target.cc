@@ -9,6 +9,7 @@
 #include "container/cgroup.h"
 #include "gpusnap/workload.h"
 #include "proc/proc.h"
+#include "util/clock.h"
 #include "util/files.h"
 
 namespace gpusnap {

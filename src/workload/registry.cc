@@ -10,6 +10,7 @@
 #include "gpusnap/workload.h"
 #include "proc/proc.h"
 #include "ns/reaper.h"
+#include "util/clock.h"
 #include "util/files.h"
 #include "util/test_hooks.h"
 
@@ -23,17 +24,6 @@ std::string RunDir() {
 }
 
 static std::string RecordPath(const std::string& name) { return RunDir() + "/workloads/" + name + ".json"; }
-
-std::string NowRfc3339() {
-  auto now = std::chrono::system_clock::now();
-  auto secs = std::chrono::system_clock::to_time_t(now);
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  struct tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  return fmt::format("{}.{:03d}Z", buf, ms);
-}
 
 bool IsValidWorkloadName(std::string_view name) {
   if (name.empty() || name.size() > 40 || name[0] == '.' || name[0] == '-') return false;

@@ -8,9 +8,9 @@
 #include <string>
 #include <string_view>
 
+#include "agent/api/request.h"
+#include "agent/service/job.h"
 #include "container/cgroup.h"
-#include "agent/job.h"
-#include "agent/request.h"
 #include "gpusnap/snapshot.h"
 #include "store/registry_reference.h"
 

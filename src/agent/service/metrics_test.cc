@@ -1,0 +1,63 @@
+#include "agent/service/metrics.h"
+
+#include <gtest/gtest.h>
+
+namespace gpusnap::agent {
+namespace {
+
+TEST(AgentMetrics, HistogramBucketsAreCumulative) {
+  Metrics m;
+  m.ObservePhase("checkpoint", "dump", 0.3);
+  m.ObservePhase("checkpoint", "dump", 7);
+  m.ObservePhase("checkpoint", "dump", 1000);
+  std::string text = m.Format();
+  EXPECT_NE(text.find("# TYPE gpusnap_operation_duration_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(text.find("gpusnap_operation_duration_seconds_bucket{kind=\"checkpoint\",phase=\"dump\",le=\"0.25\"} 0\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gpusnap_operation_duration_seconds_bucket{kind=\"checkpoint\",phase=\"dump\",le=\"0.5\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gpusnap_operation_duration_seconds_bucket{kind=\"checkpoint\",phase=\"dump\",le=\"10\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gpusnap_operation_duration_seconds_bucket{kind=\"checkpoint\",phase=\"dump\",le=\"300\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gpusnap_operation_duration_seconds_bucket{kind=\"checkpoint\",phase=\"dump\",le=\"+Inf\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gpusnap_operation_duration_seconds_count{kind=\"checkpoint\",phase=\"dump\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("gpusnap_operation_duration_seconds_sum{kind=\"checkpoint\",phase=\"dump\"} 1007.3\n"),
+            std::string::npos);
+}
+
+TEST(AgentMetrics, CountersAndGauge) {
+  Metrics m;
+  m.JobStarted();
+  m.JobStarted();
+  m.JobFinished("restore", false);
+  m.AddBytes("checkpoint", 10);
+  m.AddBytes("checkpoint", 5);
+  std::string text = m.Format();
+  EXPECT_NE(text.find("gpusnap_jobs_in_flight 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpusnap_operations_total{kind=\"restore\",result=\"failed\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("gpusnap_operation_bytes_total{kind=\"checkpoint\"} 15\n"), std::string::npos);
+}
+
+TEST(AgentMetrics, StandbysAreAGaugeOfTheirOwn) {
+  Metrics m;
+  EXPECT_EQ(m.Format().find("gpusnap_standby_workloads"), std::string::npos);
+  m.JobStarted();
+  m.JobFinished("wake", true);
+  std::string text = m.Format(2);
+  EXPECT_NE(text.find("# TYPE gpusnap_standby_workloads gauge\ngpusnap_standby_workloads 2\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gpusnap_operations_total{kind=\"wake\",result=\"succeeded\"} 1\n"), std::string::npos);
+}
+
+TEST(AgentMetrics, LabelValuesAreEscaped) {
+  MetricsSnapshot s;
+  s.bytes["a\"b\\c\nd"] = 1;
+  EXPECT_NE(FormatMetrics(s).find("kind=\"a\\\"b\\\\c\\nd\""), std::string::npos) << FormatMetrics(s);
+}
+
+}  // namespace
+}  // namespace gpusnap::agent

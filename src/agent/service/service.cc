@@ -1,0 +1,630 @@
+#include "agent/service/service.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <random>
+
+#include "container/cgroup.h"
+#include "gpusnap/operations.h"
+#include "gpusnap/workload.h"
+#include "proc/proc.h"
+#include "snapshot/placeholder.h"
+#include "util/clock.h"
+#include "util/files.h"
+#include "util/progress_bar.h"
+#include "util/test_hooks.h"
+
+namespace gpusnap::agent {
+
+namespace {
+
+constexpr const char* kRestoreCriuConfig = "criu-restore.conf";
+
+std::string NewJobId() {
+  std::random_device rd;
+  std::uniform_int_distribution<uint64_t> dist;
+  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ dist(rd);
+  return fmt::format("job-{:016x}", v);
+}
+
+Refused Refuse(int http_status, std::string message, std::string job_id = "") {
+  return Refused{ApiError{http_status, std::move(message)}, std::move(job_id)};
+}
+
+// "job A is", "jobs A, B are": who uses a snapshot, for an error.
+std::string JobsAre(const std::vector<std::string>& ids) {
+  if (ids.size() == 1) return fmt::format("job {} is", ids[0]);
+  std::string list;
+  for (const auto& id : ids) list += (list.empty() ? "" : ", ") + id;
+  return fmt::format("jobs {} are", list);
+}
+
+}  // namespace
+
+Service::Service(ServiceOptions options, Store store, UniqueFd lock)
+    : options_(std::move(options)), store_(std::move(store)), lock_(std::move(lock)) {}
+
+Service::~Service() {
+  MutexLock lock(mu_);
+  if (!running_.empty()) options_.log(fmt::format("waiting for {} running job(s) to finish", running_.size()));
+  while (!running_.empty()) lock.Wait(idle_);
+}
+
+Result<std::unique_ptr<Service>> Service::Open(ServiceOptions options) {
+  if (!options.log) options.log = [](const std::string& line) { std::fprintf(stderr, "[agent] %s\n", line.c_str()); };
+  options.store = StoreOrDefault(options.store);
+  if (options.state_dir.empty()) options.state_dir = options.store + "/agent";
+  if (!options.checkpoint) options.checkpoint = [](const CheckpointOptions& o) { return Checkpoint(o); };
+  if (!options.restore) options.restore = [](const RestoreOptions& o) { return Restore(o); };
+  GPUSNAP_ASSIGN_OR_RETURN(auto store, Store::Open(options.store, true));
+  GPUSNAP_RETURN_IF_ERROR(MakeDirs(options.state_dir + "/jobs", 0700));
+  std::string lock_path = options.state_dir + "/agent.lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) return Status::Errno(errno, "opening `{}`", lock_path);
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
+    return Status::Error(Code::kFailedPrecondition, "another agent holds `{}`: one agent per state directory",
+                         lock_path);
+  // A restore lands in a fresh namespace, in the agent's own cgroup: the
+  // source's cgroups (a container's, gone with it) are not recreated.
+  GPUSNAP_RETURN_IF_ERROR(WriteFileAtomic(options.state_dir + "/" + kRestoreCriuConfig,
+                                          "# gpusnap agent: restores into a fresh namespace keep the agent's cgroup\n"
+                                          "manage-cgroups=ignore\n",
+                                          0600));
+  std::unique_ptr<Service> s(new Service(std::move(options), std::move(store), std::move(lock)));
+  s->Recover();
+  return s;
+}
+
+std::string Service::JournalPath(const std::string& id) const { return options_.state_dir + "/jobs/" + id + ".json"; }
+
+void Service::Journal(const Job& job) const {
+  Status st = WriteFileAtomic(JournalPath(job.id), JobToJson(job), 0600);
+  if (!st.ok()) options_.log(fmt::format("job {}: journal: {}", job.id, st.ToString()));
+}
+
+void Service::Recover() {
+  // Before any job thread: the lock is for the analysis and for Journal's contract.
+  MutexLock lock(mu_);
+  int cleaned = store_.CleanStaleTemporaries();
+  if (cleaned > 0) recovery_notes_.push_back(fmt::format("removed {} unfinished snapshot directories", cleaned));
+  std::vector<Job> loaded;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.state_dir + "/jobs", ec)) {
+    const std::string path = entry.path().string();
+    if (entry.path().extension() != ".json") {
+      // A temporary of an atomic write the dead agent did not finish.
+      std::filesystem::remove(entry.path(), ec);
+      continue;
+    }
+    auto text = ReadFile(path);
+    auto job = text.ok() ? JobFromJson(*text) : Result<Job>(text.status());
+    if (!job.ok()) {
+      recovery_notes_.push_back(fmt::format("ignoring job record `{}`: {}", path, job.status().ToString()));
+      continue;
+    }
+    if (job->state == JobState::kRunning) {
+      // A stopped source process is one the dead agent's operation stopped;
+      // a process that merely reuses the pid is left alone.
+      int continued = 0;
+      for (const auto& p : job->source) {
+        auto st = proc::ReadStat(p.pid);
+        if (st.ok() && st->start_time == p.start_time && (st->state == 'T' || st->state == 't') &&
+            ::kill(p.pid, SIGCONT) == 0)
+          ++continued;
+      }
+      bool published = !job->snapshot.empty() && job->kind == "checkpoint" && store_.Load(job->snapshot).ok();
+      Job failed = Interrupted(*job, published, NowRfc3339());
+      Journal(failed);
+      recovery_notes_.push_back(fmt::format("job {} ({} of {}) was interrupted after phase `{}`{}", failed.id,
+                                            failed.kind, failed.target, job->phase,
+                                            continued ? fmt::format("; resumed {} stopped processes", continued) : ""));
+      loaded.push_back(std::move(failed));
+    } else {
+      loaded.push_back(std::move(*job));
+    }
+  }
+  // Keep the newest records; created is RFC 3339, so it sorts as text.
+  std::sort(loaded.begin(), loaded.end(), [](const Job& a, const Job& b) { return a.created > b.created; });
+  for (size_t i = 0; i < loaded.size(); ++i) {
+    if (i >= options_.max_job_records) {
+      std::filesystem::remove(JournalPath(loaded[i].id), ec);
+      continue;
+    }
+    jobs_.emplace(loaded[i].id, std::move(loaded[i]));
+  }
+}
+
+std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest& request) {
+  // Which tree: the agent's own refusals (the node's init, itself, the
+  // kernel's), then the resolution every front door shares.
+  TargetSpec spec;
+  if (request.pod) {
+    spec = TargetSpec::Pod(*request.pod);
+  } else if (!request.container.empty()) {
+    spec = TargetSpec::Container(request.container);
+  } else {
+    spec = TargetSpec::Pid(request.pid);
+    if (request.pid == 1) return Refuse(403, "pid 1 is the node's init: not a workload the agent may take");
+    if (request.pid == ::getpid()) return Refuse(403, fmt::format("pid {} is this agent", request.pid));
+    auto st = proc::ReadStat(request.pid);
+    if (!st.ok() || st->state == 'Z') return Refuse(404, fmt::format("no process with pid {}", request.pid));
+    if (st->ppid == 0 || st->ppid == 2)
+      return Refuse(403, fmt::format("pid {} is a kernel thread or the kernel's own: not a workload", request.pid));
+  }
+  auto target = ResolveTarget(spec, options_.kubelet_log_dir);
+  if (!target.ok()) return Refused{FromStatus(target.status()), ""};
+  pid_t root = target->host_pid;
+  std::string container_id = target->container_id;
+
+  Job job;
+  job.kind = "checkpoint";
+  job.lock_key = container_id.empty() ? fmt::format("pid:{}", root) : "container:" + container_id;
+  job.target = container_id.empty() ? fmt::format("pid {}", root) : fmt::format("container {} (pid {})", container_id, root);
+  for (pid_t p : proc::Tree(root))
+    if (auto st = proc::ReadStat(p); st.ok()) job.source.push_back({p, st->start_time});
+  // The checkpoint holds a container's init stopped while CRIU dumps
+  // (snapshot/target.h): it is tracked, so a restarted agent lets it go.
+  if (pid_t init = InitToHoldDuringDump(*target, request.leave_running); init > 0)
+    if (auto st = proc::ReadStat(init); st.ok()) job.source.push_back({init, st->start_time});
+  std::string prefix = target->workload             ? target->name
+                       : container_id.empty()         ? fmt::format("pid{}", root)
+                                                      : "ctr-" + container_id.substr(0, 12);
+  job.snapshot = request.snapshot_id.empty() ? NewSnapshotId(prefix) : request.snapshot_id;
+  if (store_.Load(job.snapshot).ok())
+    return Refuse(409, fmt::format("snapshot `{}` already exists", job.snapshot));
+  std::optional<container::PodRef> pod = PodOf(request, container_id);
+  auto settings = SettingsFor(request, pod);
+  if (!settings.ok()) return Refused{FromStatus(settings.status()), ""};
+  if (!settings->push_to.empty()) {
+    job.transfer.emplace();
+    job.transfer->reference = settings->push_to;
+  }
+  // The checkpoint chooses (the tree's pre-checks decide `auto`): nothing
+  // is refused here for the path's sake.
+  job.capture_path = JobCapturePath{std::string(CapturePathName(settings->capture_path)), "", ""};
+
+  CheckpointOptions o;
+  o.target = TargetSpec::Pid(root);
+  o.store = store_.root();
+  o.id = job.snapshot;
+  o.leave_running = request.leave_running;
+  o.criu_bundle = options_.criu_bundle;
+  o.timeout_s = options_.operation_timeout_s;
+  o.capture_path = settings->capture_path;
+  o.caches = settings->caches;
+  o.exclude = settings->exclude;
+  o.image = settings->image;
+  return Launch(std::move(job), [this, o, pod, from = settings->capture_path_from](Job& running) mutable
+                    -> Status {
+    std::string id = running.id;
+    o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };
+    auto meta = options_.checkpoint(o);
+    if (!meta.ok()) return meta.status();
+    JobCapturePath chosen;
+    {
+      MutexLock lock(mu_);
+      Job& now = jobs_.at(id);
+      now.bytes_total = meta->total_bytes;
+      now.capture_path->path = CapturePathName(meta->capture_path.path);
+      now.capture_path->reason = meta->capture_path.reason;
+      chosen = *now.capture_path;
+      Journal(now);
+    }
+    options_.log(fmt::format("job {}: captured `{}` by the {} path (asked: {}, by {}){}", id, meta->id, chosen.path,
+                             chosen.requested, from, chosen.reason.empty() ? "" : ": " + chosen.reason));
+    if (pod) RecordCapturePathOnPod(id, *pod, meta->capture_path);
+    if (!running.transfer) return Status::Ok();
+    return PushSnapshot(id, meta->id, running.transfer->reference);
+  });
+}
+
+std::optional<container::PodRef> Service::PodOf(const CheckpointRequest& request,
+                                                const std::string& container_id) const {
+  if (!options_.pod && !options_.patch_pod) return std::nullopt;
+  if (request.pod) return request.pod;
+  if (container_id.empty()) return std::nullopt;
+  auto named = container::KubeletContainers(options_.kubelet_log_dir);
+  auto it = named.find(container_id);
+  if (it == named.end()) return std::nullopt;
+  return container::PodRef{it->second.namespace_name, it->second.pod, it->second.container};
+}
+
+Result<CheckpointSettings> Service::SettingsFor(const CheckpointRequest& request,
+                                                const std::optional<container::PodRef>& pod) const {
+  if (!pod || !options_.pod || !AsksThePod(request)) return CheckpointSettingsFor(request, nullptr);
+  std::string which = fmt::format("pod {}/{}", pod->namespace_name, pod->name);
+  auto object = options_.pod(*pod);
+  if (!object.ok()) return object.status().Wrap(which + ": reading its annotations");
+  auto settings = CheckpointSettingsFor(request, *object ? &**object : nullptr);
+  if (!settings.ok()) return settings.status().Wrap(which);
+  return settings;
+}
+
+void Service::RecordCapturePathOnPod(const std::string& id, const container::PodRef& pod,
+                                     const CapturePathRecord& chosen) const {
+  if (!options_.patch_pod) return;
+  Status st = options_.patch_pod(pod, CapturePathChosenPatch(chosen.path, chosen.reason));
+  // A pod the API server does not know has nowhere to record it.
+  if (!st.ok() && st.code() != Code::kNotFound)
+    options_.log(fmt::format("job {}: pod {}/{}: recording its capture path: {}", id, pod.namespace_name, pod.name,
+                             st.ToString()));
+}
+
+Status Service::PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) {
+  // The snapshot is published whatever becomes of the push.
+  auto failed = [&](const Status& st) {
+    return st.Wrap(fmt::format("snapshot `{}` is in the store; pushing it to `{}` failed", snapshot, reference));
+  };
+  auto access = Access();
+  if (!access.ok()) return failed(access.status());
+  auto pushed = Push({.store = store_.root(),
+                      .id = snapshot,
+                      .reference = reference,
+                      .mount_from = "",
+                      .access = *access,
+                      .progress = [this, id](const ProgressEvent& e) { OnTransferProgress(id, e); }});
+  if (!pushed.ok()) return failed(pushed.status());
+  MutexLock lock(mu_);
+  Job& job = jobs_.at(id);
+  FinishTransfer(job, *pushed);
+  Journal(job);
+  options_.log(fmt::format("job {}: pushed `{}` to {} ({}): {} of {} blobs uploaded, {}", id, snapshot, reference,
+                           pushed->manifest_digest, pushed->blobs_moved, pushed->blobs,
+                           HumanBytes(pushed->bytes_moved)));
+  return Status::Ok();
+}
+
+Result<RegistryAccess> Service::Access() const {
+  if (!options_.registry) return RegistryAccess{};
+  return options_.registry();
+}
+
+RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request) const {
+  RestoreOptions o;
+  o.source = request.source;
+  o.name = request.name;
+  o.store = store_.root();
+  o.criu_bundle = options_.criu_bundle;
+  o.timeout_s = options_.operation_timeout_s;
+  o.gpus = request.gpus;
+  o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
+  o.into_container = request.target_container;
+  o.standby = request.standby;
+  return o;
+}
+
+std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& request) {
+  // Refused now, before any job: what the restore refuses whatever the snapshot.
+  RestoreOptions o = RestoreOptionsFor(request);
+  if (Status st = CheckRestoreOptions(o); !st.ok()) return Refused{FromStatus(st), ""};
+  // Into a container: refused now (404, 409) unless it is an idle placeholder;
+  // the restore checks again when it starts.
+  if (!request.target_container.empty()) {
+    auto target = FindIdlePlaceholder(request.target_container);
+    if (!target.ok()) return Refused{FromStatus(target.status()), ""};
+    o.into_container = target->container_id;
+  }
+  Job job;
+  job.kind = "restore";
+  job.restored_name = request.name;
+  std::string into = o.into_container.empty() ? "" : " into container " + o.into_container;
+  if (request.source.from_registry()) {
+    // The snapshot, and the name it gives, are known once its files are
+    // pulled (RunRestore): a second restore of the reference without a name
+    // would take the same name.
+    job.lock_key = !o.into_container.empty() ? "container:" + o.into_container
+                   : !request.name.empty()   ? "workload:" + request.name
+                                             : "reference:" + request.source.ToString();
+    job.target = fmt::format("reference {}{}", request.source.ToString(), into);
+    job.transfer.emplace();
+    job.transfer->reference = request.source.ToString();
+  } else {
+    auto meta = store_.Load(request.source.id);
+    if (!meta.ok()) return Refused{FromStatus(meta.status()), ""};
+    job.restored_name = RestoredWorkloadName(*meta, request.name);
+    // Into a container: one job at a time for it, capture or restore.
+    job.lock_key = o.into_container.empty() ? "workload:" + job.restored_name : "container:" + o.into_container;
+    job.target = fmt::format("snapshot {}{}", meta->id, into);
+    job.snapshot = meta->id;
+    job.bytes_total = meta->total_bytes;
+  }
+  return Launch(std::move(job), [this, o](Job& running) { return RunRestore(running.id, o); });
+}
+
+size_t Service::StandbyWorkloads() const {
+  size_t n = 0;
+  if (auto all = ListWorkloads(); all.ok())
+    for (const auto& w : *all)
+      if (w.running && w.standby) ++n;
+  return n;
+}
+
+std::variant<Accepted, Refused> Service::StartWake(const WakeRequest& request) {
+  // Refused now unless it is a standby; the wake checks again when it starts.
+  auto standby = FindWorkload(request.name);
+  if (!standby.ok()) return Refused{FromStatus(standby.status()), ""};
+  if (!standby->running)
+    return Refuse(409, fmt::format("workload `{}` has exited: there is no standby to wake", request.name));
+  if (!standby->standby)
+    return Refuse(409, fmt::format("workload `{}` is running, not a standby: only a standby is woken", request.name));
+  Job job;
+  job.kind = "wake";
+  job.lock_key = "workload:" + request.name;  // a restore under the name takes it too
+  job.target = fmt::format("standby {} (snapshot {})", request.name, standby->restored_from);
+  job.restored_name = request.name;
+  WakeOptions o;
+  o.name = request.name;
+  o.gpus = request.gpus;
+  o.timeout_s = options_.operation_timeout_s;
+  return Launch(std::move(job), [this, o, snapshot = standby->restored_from](Job& running) mutable -> Status {
+    std::string id = running.id;
+    // Its snapshot is not removed while it wakes; other standbys of it wait
+    // their turn. One already gone (or in another store) the wake refuses itself.
+    if (auto held = HoldSnapshot(id, snapshot); !held.ok() && held.status().code() != Code::kNotFound)
+      return held.status();
+    o.progress = [this, id](const ProgressEvent& e) {
+      OnProgress(id, e);
+      if (e.done) PauseIfRequested("wake-" + e.phase);
+    };
+    auto woken = Wake(o);
+    if (!woken.ok()) return woken.status();
+    MutexLock lock(mu_);
+    jobs_[id].restored_pid = woken->workload.pid;
+    return Status::Ok();
+  });
+}
+
+Status Service::MarkSnapshotInUse(const std::string& id, const std::string& snapshot) {
+  MutexLock lock(mu_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.operation_timeout_s);
+  for (;;) {
+    auto it = busy_snapshots_.find(snapshot);
+    if (it == busy_snapshots_.end()) break;
+    if (it->second.deleting)
+      return Status::Error(Code::kFailedPrecondition, "snapshot `{}` is being deleted", snapshot);
+    // Other readers do not matter; a checkpoint still writing it does.
+    std::string writer = it->second.writer;
+    if (writer.empty()) break;
+    if (!lock.WaitUntil(idle_, deadline))
+      return Status::Error(Code::kTimeout, "job {} wrote snapshot `{}` for {} s", writer, snapshot,
+                           options_.operation_timeout_s);
+  }
+  busy_snapshots_[snapshot].readers.insert(id);
+  jobs_.at(id).snapshot = snapshot;
+  return Status::Ok();
+}
+
+Result<SnapshotMeta> Service::HoldSnapshot(const std::string& id, const std::string& snapshot) {
+  GPUSNAP_RETURN_IF_ERROR(MarkSnapshotInUse(id, snapshot));
+  GPUSNAP_ASSIGN_OR_RETURN(SnapshotMeta meta, store_.Load(snapshot));
+  MutexLock lock(mu_);
+  Job& job = jobs_.at(id);
+  job.bytes_total = meta.total_bytes;
+  Journal(job);
+  return meta;
+}
+
+Status Service::RunRestore(const std::string& id, RestoreOptions o) {
+  bool pulls = o.source.from_registry();
+  if (pulls) {
+    GPUSNAP_ASSIGN_OR_RETURN(o.registry, Access());
+  }
+  o.progress = [this, id, pulls](const ProgressEvent& e) {
+    // The pull's own account (bytes, blobs) is the job's transfer.
+    if (pulls && (e.phase == "pull" || (!e.done && e.phase.starts_with("pull")))) return OnTransferProgress(id, e);
+    OnProgress(id, e);
+    // The restore's fault-injection points for the crash tests.
+    if (e.done) PauseIfRequested("restore-" + e.phase);
+  };
+  // A reference's snapshot is known once its files are in: held from then on
+  // (a snapshot of the store the job held when it started).
+  if (pulls)
+    o.on_source_opened = [this, id, asked = o.name](const SnapshotMeta& meta) -> Status {
+      GPUSNAP_RETURN_IF_ERROR(MarkSnapshotInUse(id, meta.id));
+      MutexLock lock(mu_);
+      Job& job = jobs_.at(id);
+      job.bytes_total = meta.total_bytes;
+      job.restored_name = RestoredWorkloadName(meta, asked);
+      Journal(job);
+      return Status::Ok();
+    };
+  auto result = options_.restore(o);
+  if (!result.ok()) return result.status();
+  MutexLock lock(mu_);
+  Job& job = jobs_.at(id);
+  job.restored_pid = result->workload.pid;
+  if (!result->workload.name.empty()) job.restored_name = result->workload.name;
+  job.restore_path = CapturePathName(result->restore_path);
+  job.fallback_reason = result->fallback_reason;
+  // Every phase the restore timed, those no progress event carried too
+  // (a reference's pull-chunks-wait, pull).
+  for (const auto& [phase, seconds] : result->timings_s)
+    if (phase != "total") job.timings_s.emplace(phase, seconds);
+  if (result->pulled && job.transfer) {
+    const TransferResult& pulled = *result->pulled;
+    FinishTransfer(job, pulled);
+    options_.log(fmt::format("job {}: pulled {} ({}) as `{}`: {}", id, o.source.ToString(), pulled.manifest_digest,
+                             pulled.id,
+                             pulled.already_present
+                                 ? std::string("already in the store")
+                                 : fmt::format("{} of {} blobs downloaded, {}", pulled.blobs_moved, pulled.blobs,
+                                               HumanBytes(pulled.bytes_moved))));
+  }
+  Journal(job);
+  if (result->restore_path != CapturePath::kProcess)
+    options_.log(fmt::format("job {}: restored `{}` by the {} path{}", id, o.source.ToString(), job.restore_path,
+                             job.fallback_reason.empty() ? "" : ", not as a process: " + job.fallback_reason));
+  return Status::Ok();
+}
+
+std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Job&)> work) {
+  std::string id;
+  {
+    MutexLock lock(mu_);
+    if (auto it = running_.find(job.lock_key); it != running_.end()) {
+      const Job& other = jobs_.at(it->second);
+      return Refuse(409, fmt::format("job {} is already running a {} of {}", other.id, other.kind, other.target),
+                    other.id);
+    }
+    if (auto conflict = SnapshotConflict(job)) return *conflict;
+    do {
+      job.id = NewJobId();
+    } while (jobs_.count(job.id) > 0);
+    job.created = NowRfc3339();
+    job.state = JobState::kRunning;
+    Journal(job);
+    running_[job.lock_key] = job.id;
+    if (!job.snapshot.empty()) {
+      SnapshotUsers& users = busy_snapshots_[job.snapshot];
+      if (job.kind == "checkpoint") {
+        users.writer = job.id;
+      } else {
+        users.readers.insert(job.id);
+      }
+    }
+    id = job.id;
+    options_.log(fmt::format("job {}: {} of {} started", id, job.kind, job.target));
+    jobs_[id] = std::move(job);
+    metrics_.JobStarted();
+  }
+  std::thread([this, id, work = std::move(work)] { RunJob(id, work); }).detach();
+  return Accepted{id};
+}
+
+void Service::RunJob(const std::string& id, const std::function<Status(Job&)>& work) {
+  Job copy;
+  {
+    MutexLock lock(mu_);
+    copy = jobs_.at(id);
+  }
+  auto started = std::chrono::steady_clock::now();
+  Status st = work(copy);
+  MutexLock lock(mu_);
+  Job& job = jobs_.at(id);
+  job.timings_s["total"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (st.ok()) {
+    Succeed(job, NowRfc3339());
+  } else {
+    Fail(job, st.ToString(), NowRfc3339());
+  }
+  Journal(job);
+  for (const auto& [phase, seconds] : job.timings_s) metrics_.ObservePhase(job.kind, phase, seconds);
+  metrics_.AddBytes(job.kind, job.bytes_done);
+  metrics_.JobFinished(job.kind, st.ok());
+  options_.log(fmt::format("job {}: {} of {} {}{}", id, job.kind, job.target, JobStateName(job.state),
+                           st.ok() ? "" : ": " + st.ToString()));
+  running_.erase(job.lock_key);
+  LeaveSnapshot(job.snapshot, id);
+  idle_.notify_all();
+}
+
+std::optional<Refused> Service::SnapshotConflict(const Job& job) const {
+  auto it = busy_snapshots_.find(job.snapshot);
+  if (job.snapshot.empty() || it == busy_snapshots_.end()) return std::nullopt;
+  const SnapshotUsers& users = it->second;
+  if (users.deleting) return Refuse(409, fmt::format("snapshot `{}` is being deleted", job.snapshot));
+  // A checkpoint writes its snapshot alone; restores and wakes share theirs.
+  if (!users.writer.empty())
+    return Refuse(409, fmt::format("job {} is using snapshot `{}`", users.writer, job.snapshot), users.writer);
+  if (job.kind == "checkpoint" && !users.readers.empty()) {
+    std::vector<std::string> readers(users.readers.begin(), users.readers.end());
+    return Refuse(409, fmt::format("{} using snapshot `{}`", JobsAre(readers), job.snapshot), readers[0]);
+  }
+  return std::nullopt;
+}
+
+void Service::LeaveSnapshot(const std::string& snapshot, const std::string& id) {
+  auto it = busy_snapshots_.find(snapshot);
+  if (it == busy_snapshots_.end()) return;
+  it->second.readers.erase(id);
+  if (it->second.writer == id) it->second.writer.clear();
+  if (it->second.empty()) busy_snapshots_.erase(it);
+}
+
+void Service::OnProgress(const std::string& id, const ProgressEvent& e) {
+  MutexLock lock(mu_);
+  Job& job = jobs_.at(id);
+  ApplyProgress(job, e.phase, e.seconds, e.bytes, e.done);
+  Journal(job);
+}
+
+void Service::OnTransferProgress(const std::string& id, const ProgressEvent& e) {
+  MutexLock lock(mu_);
+  Job& job = jobs_.at(id);
+  ApplyTransferProgress(job, e.phase, e.seconds, e.bytes, e.done);
+  Journal(job);
+}
+
+Result<Job> Service::GetJob(const std::string& id) const {
+  MutexLock lock(mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return Status::Error(Code::kNotFound, "no job `{}`", id);
+  return it->second;
+}
+
+std::vector<Job> Service::ListJobs() const {
+  std::vector<Job> out;
+  {
+    MutexLock lock(mu_);
+    for (const auto& [id, job] : jobs_) out.push_back(job);
+  }
+  std::sort(out.begin(), out.end(), [](const Job& a, const Job& b) { return a.created > b.created; });
+  return out;
+}
+
+size_t Service::RunningJobs() const {
+  MutexLock lock(mu_);
+  return running_.size();
+}
+
+std::vector<Service::ProcessView> Service::ListProcesses(bool all) const {
+  std::map<std::string, container::KubeletLogName> pods = container::KubeletContainers(options_.kubelet_log_dir);
+  std::vector<ProcessView> out;
+  for (auto& p : container::ScanProcesses()) {
+    ProcessView v;
+    v.gpu = proc::UsesNvidiaGpu(p.pid);
+    if (!v.gpu && !(all && !p.container_id.empty())) continue;
+    if (auto it = pods.find(p.container_id); it != pods.end()) v.pod = it->second;
+    v.process = std::move(p);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+Result<std::vector<SnapshotMeta>> Service::ListSnapshots() const {
+  std::vector<std::string> warnings;
+  auto list = store_.List(&warnings);
+  for (const auto& w : warnings) options_.log("listing snapshots: " + w);
+  return list;
+}
+
+Result<SnapshotMeta> Service::GetSnapshot(const std::string& id) const { return store_.Load(id); }
+
+Status Service::DeleteSnapshot(const std::string& id) {
+  {
+    MutexLock lock(mu_);
+    if (auto it = busy_snapshots_.find(id); it != busy_snapshots_.end()) {
+      const SnapshotUsers& users = it->second;
+      if (users.deleting) return Status::Error(Code::kFailedPrecondition, "another delete is using snapshot `{}`", id);
+      std::vector<std::string> jobs(users.readers.begin(), users.readers.end());
+      if (!users.writer.empty()) jobs.insert(jobs.begin(), users.writer);
+      return Status::Error(Code::kFailedPrecondition, "{} using snapshot `{}`", JobsAre(jobs), id);
+    }
+    GPUSNAP_RETURN_IF_ERROR(store_.Load(id).status());
+    busy_snapshots_[id].deleting = true;  // no job may start on it while its files go
+  }
+  auto removed = RemoveSnapshot(store_.root(), id);  // and the chunks only it named
+  if (removed.ok() && !removed->chunks_status.ok()) options_.log(removed->chunks_status.message());
+  Status st = removed.status();
+  MutexLock lock(mu_);
+  busy_snapshots_.erase(id);
+  return st;
+}
+
+}  // namespace gpusnap::agent

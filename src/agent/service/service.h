@@ -1,0 +1,204 @@
+// The agent's work, without HTTP: start checkpoint and restore jobs, keep
+// them in the journal, list and remove snapshots, and on start recover what
+// an agent that died left behind.
+//
+// Journal: <state dir>/jobs/<job id>.json, one record per job (agent/service/job.h),
+// rewritten atomically at every phase. The store's gpusnap.json files are the
+// snapshot catalog; the agent keeps no index of its own.
+//
+// Recovery (Open): an exclusive flock on <state dir>/agent.lock (a second
+// agent on the same state dir is refused); stale .tmp-* directories of the
+// store are removed (the store's own rule: their writer is gone); every job
+// record still running is marked failed, naming its phase; each process of a
+// checkpoint's source tree that is still the same process and is stopped
+// (left so by a dead agent) gets SIGCONT.
+//
+// Concurrency: one running capture per lock key (a container, or the root pid
+// of a tree); jobs on different keys run concurrently, each on its own thread.
+// A job uses its snapshot while it runs (busy_snapshots_): a checkpoint writes
+// it, alone (no other job starts on it: 409); restores and wakes read it, any
+// number at once (restores whose images hold deleted files take turns at
+// CRIU's step inside the restore: snapshot/restore_turn.h). A snapshot that a
+// job uses is not deleted (409), and no job starts on one being deleted (409).
+// A restore of a registry reference learns its snapshot once its files are
+// pulled: from then on it reads it (waiting while a checkpoint writes it),
+// and its chunks arrive while it restores.
+//
+// Wake: one job per workload name (the lock key a restore under that name
+// takes too); it reads its standby's snapshot like a restore (HoldSnapshot),
+// so the wakes of standbys of one snapshot run at once.
+//
+// Registry: a restore of a reference pulls as it restores (phases
+// "pull-files", then "pull-chunks-wait" and "pull" beside the restore's own);
+// a checkpoint with `push_to` (or whose pod names one) pushes its snapshot
+// once published (phase "push"). The job's `transfer` shows either as it goes.
+//
+// Capture path: a checkpoint asks for the request's, else its pod's
+// annotation, else auto; the job records what the checkpoint chose and why,
+// and so does the pod (agent/service/pod_annotations.h). A restore records the path
+// it took, and why a `both` snapshot fell back to its rootfs.
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/api/request.h"
+#include "agent/service/job.h"
+#include "agent/service/metrics.h"
+#include "agent/service/pod_annotations.h"
+#include "container/containers.h"
+#include "gpusnap/operations.h"
+#include "gpusnap/status.h"
+#include "store/store.h"
+#include "util/mutex.h"
+#include "util/thread_annotations.h"
+
+namespace gpusnap::agent {
+
+struct ServiceOptions {
+  std::string store;                                   // default DefaultStore()
+  std::string state_dir;                               // default <store>/agent
+  std::string criu_bundle;                             // default: found
+  std::string kubelet_log_dir = "/var/log/containers";
+  int operation_timeout_s = 600;
+  size_t max_job_records = 1000;                       // finished records beyond this are pruned at start
+  std::function<void(const std::string&)> log;         // one line each
+  // How to reach registries, asked once per pull or push (so credentials
+  // read from a Secret are read again each time; agent/service/registry_access.h).
+  // Unset: RegistryAccess's defaults.
+  std::function<Result<RegistryAccess>()> registry;
+  // A pod as the API server has it, for what its annotations ask of its
+  // checkpoints (agent/service/pod_annotations.h); nullopt for a pod the server does
+  // not know. Unset: pods are not asked (no Kubernetes API server).
+  std::function<Result<std::optional<nlohmann::json>>(const container::PodRef&)> pod;
+  // A merge patch of a pod: where a checkpoint records its capture path.
+  // Unset: pods are not written.
+  std::function<Status(const container::PodRef&, const nlohmann::json&)> patch_pod;
+  // The operations. Unset: the library's Checkpoint and Restore.
+  std::function<Result<SnapshotMeta>(const CheckpointOptions&)> checkpoint;
+  std::function<Result<RestoreResult>(const RestoreOptions&)> restore;
+};
+
+// What a started job answers with.
+struct Accepted {
+  std::string job_id;
+};
+// A refusal; `job_id` names the running job a 409 conflicts with.
+struct Refused {
+  ApiError error;
+  std::string job_id;
+};
+
+class Service {
+ public:
+  // Takes the state directory's lock and recovers (see above).
+  static Result<std::unique_ptr<Service>> Open(ServiceOptions options);
+  // Waits for running jobs to finish.
+  ~Service() EXCLUDES(mu_);
+
+  std::variant<Accepted, Refused> StartCheckpoint(const CheckpointRequest& request) EXCLUDES(mu_);
+  std::variant<Accepted, Refused> StartRestore(const RestoreRequest& request) EXCLUDES(mu_);
+  // A standby's wake (docs/STANDBY.md): 404 for no such workload, 409 for
+  // one that is not a standby (running, exited) or that a job acts on.
+  std::variant<Accepted, Refused> StartWake(const WakeRequest& request) EXCLUDES(mu_);
+  // How many standbys wait on this node (the run directory's records).
+  size_t StandbyWorkloads() const;
+
+  // kNotFound for an unknown id.
+  Result<Job> GetJob(const std::string& id) const EXCLUDES(mu_);
+  std::vector<Job> ListJobs() const EXCLUDES(mu_);  // newest first
+
+  Result<std::vector<SnapshotMeta>> ListSnapshots() const;
+  Result<SnapshotMeta> GetSnapshot(const std::string& id) const;
+  // kFailedPrecondition while a job writes or reads it.
+  Status DeleteSnapshot(const std::string& id) EXCLUDES(mu_);
+
+  // The node's GPU processes (with `all`, also every process in a container),
+  // each with its container and, where the kubelet names it, its pod.
+  struct ProcessView {
+    container::NodeProcess process;
+    bool gpu = false;
+    std::optional<container::KubeletLogName> pod;
+  };
+  std::vector<ProcessView> ListProcesses(bool all) const;
+
+  const Metrics& metrics() const { return metrics_; }
+  std::vector<std::string> recovery_notes() const { return recovery_notes_; }
+  size_t RunningJobs() const EXCLUDES(mu_);
+  const std::string& store_root() const { return store_.root(); }  // absolute
+
+ private:
+  explicit Service(ServiceOptions options, Store store, UniqueFd lock);
+  void Recover() EXCLUDES(mu_);
+  std::variant<Accepted, Refused> Launch(Job job, std::function<Status(Job&)> work) EXCLUDES(mu_);
+  void RunJob(const std::string& id, const std::function<Status(Job&)>& work) EXCLUDES(mu_);
+  // The restore itself, through Restore (gpusnap/operations.h) as every
+  // front door: a snapshot of the store held since the job started, or a
+  // reference's, pulled as it restores and held once its files are in.
+  Status RunRestore(const std::string& id, RestoreOptions o) EXCLUDES(mu_);
+  // Marks `snapshot` used by job `id` once no other job uses it (waiting up
+  // to the operation timeout); kFailedPrecondition while it is deleted.
+  Status MarkSnapshotInUse(const std::string& id, const std::string& snapshot) EXCLUDES(mu_);
+  // Holds `snapshot` for job `id` once no other job does (waiting up to the
+  // operation timeout); its metadata.
+  Result<SnapshotMeta> HoldSnapshot(const std::string& id, const std::string& snapshot) EXCLUDES(mu_);
+  // Who uses a snapshot: the jobs that read it, the one that writes it, or a
+  // DELETE removing it.
+  struct SnapshotUsers {
+    std::set<std::string> readers;  // job ids: restores, wakes
+    std::string writer;             // a checkpoint's job id
+    bool deleting = false;
+    bool empty() const { return readers.empty() && writer.empty() && !deleting; }
+  };
+  // Why job `job` may not use its snapshot now (409), or nothing.
+  std::optional<Refused> SnapshotConflict(const Job& job) const REQUIRES(mu_);
+  // Job `id` no longer uses `snapshot`.
+  void LeaveSnapshot(const std::string& snapshot, const std::string& id) REQUIRES(mu_);
+  // The pod a checkpoint's settings come from and its choice is recorded on:
+  // the request's pod, else the pod of the container the kubelet's log links
+  // name; none when the agent neither reads nor writes pods.
+  std::optional<container::PodRef> PodOf(const CheckpointRequest& request, const std::string& container_id) const;
+  // The request's settings, else the pod's annotations (read only when the
+  // request leaves something to them), else the defaults.
+  Result<CheckpointSettings> SettingsFor(const CheckpointRequest& request,
+                                         const std::optional<container::PodRef>& pod) const;
+  // Best effort: the checkpoint is done whatever the API server answers.
+  void RecordCapturePathOnPod(const std::string& id, const container::PodRef& pod,
+                              const CapturePathRecord& chosen) const;
+  Status PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) EXCLUDES(mu_);
+  Result<RegistryAccess> Access() const;
+  // What every restore this agent runs shares (the store, the bundle, its
+  // CRIU config, the timeout) and what the request asks (the source, the
+  // name, the GPUs, the container as given, standby).
+  RestoreOptions RestoreOptionsFor(const RestoreRequest& request) const;
+  void OnProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
+  void OnTransferProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
+  // Under mu_: a job's records are written in the order of its changes.
+  void Journal(const Job& job) const REQUIRES(mu_);
+  std::string JournalPath(const std::string& id) const;
+
+  ServiceOptions options_;
+  Store store_;
+  UniqueFd lock_;
+  Metrics metrics_;
+  std::vector<std::string> recovery_notes_;
+
+  mutable Mutex mu_;
+  std::condition_variable idle_;  // a job ended
+  std::map<std::string, Job> jobs_ GUARDED_BY(mu_);
+  std::map<std::string, std::string> running_ GUARDED_BY(mu_);         // lock key -> job id
+  std::map<std::string, SnapshotUsers> busy_snapshots_ GUARDED_BY(mu_);  // by snapshot id; none empty
+};
+
+}  // namespace gpusnap::agent
