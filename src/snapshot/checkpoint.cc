@@ -156,9 +156,7 @@ Status Begin(const CheckpointOptions& options, CheckpointRun& run) {
   const Target& target = run.target;
   GPUSNAP_ASSIGN_OR_RETURN(run.store, Store::Open(StoreOrDefault(options.store), true));
   run.store->CleanStaleTemporaries();
-  std::string id = options.id.empty() ? NewSnapshotId(target.name.empty() ? "pid" + std::to_string(target.host_pid)
-                                                                         : target.name)
-                                      : options.id;
+  std::string id = options.id.empty() ? NewSnapshotId(SnapshotIdPrefix(target)) : options.id;
   GPUSNAP_ASSIGN_OR_RETURN(run.pending, run.store->Begin(id));
   bool process_path = run.path.path != CapturePath::kRootfs;
   std::optional<SnapshotGpuState> gpu = std::move(run.meta.gpu);

@@ -123,6 +123,12 @@ Result<TargetSpec> ParseTargetArgument(std::string_view text,
   return TargetSpec::Workload(std::string(text));
 }
 
+std::string SnapshotIdPrefix(const Target& target) {
+  if (!target.name.empty()) return target.name;
+  if (!target.container_id.empty()) return "ctr-" + target.container_id.substr(0, 12);
+  return "pid" + std::to_string(target.host_pid);
+}
+
 Result<Target> ResolveTarget(const TargetSpec& spec, const std::string& kubelet_log_dir) {
   pid_t pid = spec.pid;
   std::string container_id;

@@ -63,6 +63,11 @@ struct Target {
 // tree) is held until the dump is over. None with --leave-running.
 pid_t InitToHoldDuringDump(const Target& target, bool leave_running);
 
+// Pure: what a generated snapshot id of `target` starts with, for every front
+// door: a workload's name, "ctr-" and a container's first 12 id digits, else
+// "pid" and the root's pid.
+std::string SnapshotIdPrefix(const Target& target);
+
 // kNotFound: no such workload, pid, container or pod (or it has exited).
 // kFailedPrecondition: the pid is a namespace's init (the reaper), a kernel
 // thread, or gpusnap itself; a container whose init holds no one tree.

@@ -80,5 +80,15 @@ TEST(TargetSpec, APodIsWrittenNamespaceNameContainer) {
   EXPECT_EQ(TargetSpec::Pod({"team-a", "llm-0", "server"}).ToString(), "team-a/llm-0/server");
 }
 
+TEST(SnapshotIdPrefix, OneRuleForEveryDoor) {
+  Target t;
+  t.host_pid = 4711;
+  EXPECT_EQ(SnapshotIdPrefix(t), "pid4711");
+  t.container_id = std::string(64, 'a');
+  EXPECT_EQ(SnapshotIdPrefix(t), "ctr-aaaaaaaaaaaa");
+  t.name = "server";
+  EXPECT_EQ(SnapshotIdPrefix(t), "server");
+}
+
 }  // namespace
 }  // namespace gpusnap

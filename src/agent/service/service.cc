@@ -172,10 +172,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   // (snapshot/target.h): it is tracked, so a restarted agent lets it go.
   if (pid_t init = InitToHoldDuringDump(*target, request.leave_running); init > 0)
     if (auto st = proc::ReadStat(init); st.ok()) job.source.push_back({init, st->start_time});
-  std::string prefix = target->workload             ? target->name
-                       : container_id.empty()         ? fmt::format("pid{}", root)
-                                                      : "ctr-" + container_id.substr(0, 12);
-  job.snapshot = request.snapshot_id.empty() ? NewSnapshotId(prefix) : request.snapshot_id;
+  job.snapshot = request.snapshot_id.empty() ? NewSnapshotId(SnapshotIdPrefix(*target)) : request.snapshot_id;
   if (store_.Load(job.snapshot).ok())
     return Refuse(409, fmt::format("snapshot `{}` already exists", job.snapshot));
   std::optional<container::PodRef> pod = PodOf(request, container_id);
