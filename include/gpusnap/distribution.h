@@ -7,6 +7,7 @@
 
 #include "gpusnap/progress.h"
 #include "gpusnap/status.h"
+#include "store/registry_reference.h"
 
 namespace gpusnap {
 
@@ -22,7 +23,7 @@ struct RegistryAccess {
 struct PushOptions {
   std::string store;
   std::string id;         // a snapshot in the store
-  std::string reference;  // host[:port]/repository[:tag]
+  RegistryReference reference;  // host[:port]/repository[:tag]: parsed where it entered (ParseRegistryReference)
   std::string mount_from; // another repository of the same registry that may hold the blobs
   RegistryAccess access;
   ProgressFn progress;
@@ -30,7 +31,7 @@ struct PushOptions {
 
 struct TransferResult {
   std::string id;               // the snapshot, in the local store
-  std::string reference;        // as given
+  std::string reference;        // RegistryReference::ToString of the one moved
   std::string manifest_digest;  // sha256:...
   uint64_t blobs = 0;           // in the artifact, config included
   uint64_t blobs_moved = 0;     // uploaded, or downloaded
@@ -48,7 +49,7 @@ Result<TransferResult> Push(const PushOptions& options);
 
 struct PullOptions {
   std::string store;
-  std::string reference;  // host[:port]/repository[:tag|@digest]
+  RegistryReference reference;  // host[:port]/repository[:tag|@digest]: parsed where it entered
   std::string as_id;      // the id in the local store; empty: the snapshot's own
   RegistryAccess access;
   ProgressFn progress;

@@ -4,6 +4,7 @@
 
 #include "cli/cli.h"
 #include "cli/progress.h"
+#include "cli/usage.h"
 #include "gpusnap/distribution.h"
 
 namespace gpusnap::cli {
@@ -70,7 +71,12 @@ void AddRegistry(CLI::App& app, Context& ctx) {
   auto* push = app.add_subcommand("push", "Push a snapshot of the store to an OCI registry");
   auto popts = std::make_shared<PushOptions>();
   push->add_option("id", popts->id, "Snapshot id (see `gpusnap ls`)")->required();
-  push->add_option("reference", popts->reference, "Where to: host[:port]/repository[:tag] (tag default: latest)")
+  push->add_option_function<std::string>(
+          "reference",
+          [popts](const std::string& text) {
+            popts->reference = ParsedOrUsageError(ParseRegistryReference(text), "reference");
+          },
+          "Where to: host[:port]/repository[:tag] (tag default: latest)")
       ->required();
   push->add_option("--store", popts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   push->add_option("--mount-from", popts->mount_from,
@@ -81,7 +87,13 @@ void AddRegistry(CLI::App& app, Context& ctx) {
 
   auto* pull = app.add_subcommand("pull", "Pull a snapshot from an OCI registry into the store");
   auto qopts = std::make_shared<PullOptions>();
-  pull->add_option("reference", qopts->reference, "host[:port]/repository[:tag|@sha256:digest]")->required();
+  pull->add_option_function<std::string>(
+          "reference",
+          [qopts](const std::string& text) {
+            qopts->reference = ParsedOrUsageError(ParseRegistryReference(text), "reference");
+          },
+          "host[:port]/repository[:tag|@sha256:digest]")
+      ->required();
   pull->add_option("--as", qopts->as_id, "Its id in the store (default: the snapshot's own)");
   pull->add_option("--store", qopts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   AddRegistryFlags(*pull, qopts->access);

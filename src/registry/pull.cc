@@ -235,9 +235,9 @@ namespace registry {
 Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   std::unique_ptr<StagedPull> p(new StagedPull());
   p->options_ = o;
-  const std::string& r = o.reference;
+  const std::string r = o.reference.ToString();
   // 1. The manifest and the snapshot's metadata, both checked.
-  GPUSNAP_ASSIGN_OR_RETURN(p->ref_, ParseReference(r));
+  p->ref_ = o.reference;
   if (!o.as_id.empty() && !IsValidSnapshotId(o.as_id))
     return Status::Error(Code::kInvalidArgument, "invalid snapshot id `{}` (--as)", o.as_id);
   GPUSNAP_ASSIGN_OR_RETURN(Store store, Store::Open(o.store, true));
@@ -351,7 +351,7 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
 
 Status StagedPull::FetchFiles() {
   return RunEach(artifact_.files.size(), options_.access.jobs, [&](size_t i) {
-    return FetchFile(*client_, ref_.repository, dir_, artifact_.files[i], options_.reference, *meter_);
+    return FetchFile(*client_, ref_.repository, dir_, artifact_.files[i], options_.reference.ToString(), *meter_);
   });
 }
 
@@ -359,7 +359,7 @@ void StagedPull::StartChunks(std::vector<const ArtifactChunk*> missing) {
   chunks_thread_ = std::thread([this, missing = std::move(missing)] {
     chunks_status_ = RunEach(missing.size(), options_.access.jobs, [&](size_t i) {
       if (cancel_) return Status::Error(Code::kFailedPrecondition, "the pull was stopped");
-      Status st = FetchChunk(*client_, ref_.repository, *chunks_, *missing[i], options_.reference, *meter_,
+      Status st = FetchChunk(*client_, ref_.repository, *chunks_, *missing[i], options_.reference.ToString(), *meter_,
                              [this](std::string path) {
                                MutexLock lock(written_mu_);
                                written_chunks_.push_back(std::move(path));
@@ -405,7 +405,7 @@ Result<TransferResult> StagedPull::Publish() {
       MutexLock lock(written_mu_);
       for (const std::string& path : written_chunks_) ::unlink(path.c_str());
     }
-    return st.Wrap(fmt::format("pull of `{}`", options_.reference));
+    return st.Wrap(fmt::format("pull of `{}`", options_.reference.ToString()));
   }
   published_ = true;
   dir_ = final_dir_;

@@ -90,10 +90,10 @@ Status PushOne(registry::RegistryClient& client, const std::string& repo, const 
 
 Result<TransferResult> Push(const PushOptions& o) {
   // 1. What to push: a verified snapshot, its files and its chunks.
-  GPUSNAP_ASSIGN_OR_RETURN(registry::Reference ref, registry::ParseReference(o.reference));
+  const registry::Reference& ref = o.reference;
   if (!ref.digest.empty())
     return Status::Error(Code::kInvalidArgument, "push to `{}`: name a tag, not a digest (the digest is the push's result)",
-                         o.reference);
+                         ref.ToString());
   if (!o.mount_from.empty()) {
     auto from = registry::ParseReference(ref.host + "/" + o.mount_from);
     if (!from.ok()) return from.status().Wrap("--mount-from");
@@ -128,7 +128,7 @@ Result<TransferResult> Push(const PushOptions& o) {
                                                                                    o.access.ca_file,
                                                                                    o.access.plain_http,
                                                                                    o.access.timeout_s}));
-  GPUSNAP_RETURN_IF_ERROR(client->Ping().Wrap(fmt::format("push to `{}`", o.reference)));
+  GPUSNAP_RETURN_IF_ERROR(client->Ping().Wrap(fmt::format("push to `{}`", ref.ToString())));
 
   // 3. The blobs the registry lacks, a few at a time, each digest once.
   GPUSNAP_RETURN_IF_ERROR(registry::RunEach(items.size(), o.access.jobs, [&](size_t i) {
@@ -148,7 +148,7 @@ Result<TransferResult> Push(const PushOptions& o) {
   }
   GPUSNAP_RETURN_IF_ERROR(registry::RunEach(distinct.size(), o.access.jobs, [&](size_t i) {
                             return PushOne(*client, ref.repository, o.mount_from, items[distinct[i]], meter);
-                          }).Wrap(fmt::format("push of `{}` to `{}`", meta.id, o.reference)));
+                          }).Wrap(fmt::format("push of `{}` to `{}`", meta.id, ref.ToString())));
 
   // 4. The manifest, naming them all.
   registry::Artifact artifact;
@@ -163,7 +163,7 @@ Result<TransferResult> Push(const PushOptions& o) {
                            client->PutManifest(ref.repository, ref.tag, manifest, registry::kManifestMediaType));
   TransferResult result;
   result.id = meta.id;
-  result.reference = o.reference;
+  result.reference = ref.ToString();
   result.manifest_digest = digest;
   meter.Finish(result);
   return result;

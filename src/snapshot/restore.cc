@@ -112,7 +112,7 @@ Result<RestoreSource> OpenSource(const RestoreOptions& options, Phases& phases) 
   if (options.source.from_registry()) {
     phases.Start("pull-files");
     auto pull = registry::StagedPull::Begin({.store = options.store,
-                                             .reference = options.source.ToString(),
+                                             .reference = *options.source.reference,
                                              .as_id = "",
                                              .access = options.registry,
                                              .progress = options.progress});

@@ -260,9 +260,12 @@ Status Service::PushSnapshot(const std::string& id, const std::string& snapshot,
   };
   auto access = Access();
   if (!access.ok()) return failed(access.status());
+  // Checked when the request or the pod named it (request.cc, PushToOfPod); kept as text in the job.
+  auto ref = ParseRegistryReference(reference);
+  if (!ref.ok()) return failed(ref.status());
   auto pushed = Push({.store = store_.root(),
                       .id = snapshot,
-                      .reference = reference,
+                      .reference = *ref,
                       .mount_from = "",
                       .access = *access,
                       .progress = [this, id](const ProgressEvent& e) { OnTransferProgress(id, e); }});
