@@ -12,6 +12,5 @@ namespace gpusnap::registry {
 using Reference = RegistryReference;
 
 inline Result<Reference> ParseReference(std::string_view text) { return ParseRegistryReference(text); }
-inline bool LooksLikeReference(std::string_view text) { return LooksLikeRegistryReference(text); }
 
 }  // namespace gpusnap::registry

@@ -147,11 +147,11 @@ class Service {
   // front door: a snapshot of the store held since the job started, or a
   // reference's, pulled as it restores and held once its files are in.
   Status RunRestore(const std::string& id, RestoreOptions o) EXCLUDES(mu_);
-  // Marks `snapshot` used by job `id` once no other job uses it (waiting up
-  // to the operation timeout); kFailedPrecondition while it is deleted.
+  // Job `id` reads `snapshot` from now on, once no checkpoint writes it
+  // (waiting up to the operation timeout; other readers do not matter);
+  // kFailedPrecondition while it is being deleted.
   Status MarkSnapshotInUse(const std::string& id, const std::string& snapshot) EXCLUDES(mu_);
-  // Holds `snapshot` for job `id` once no other job does (waiting up to the
-  // operation timeout); its metadata.
+  // MarkSnapshotInUse, then the snapshot's metadata (its size in the job).
   Result<SnapshotMeta> HoldSnapshot(const std::string& id, const std::string& snapshot) EXCLUDES(mu_);
   // Who uses a snapshot: the jobs that read it, the one that writes it, or a
   // DELETE removing it.
