@@ -13,6 +13,10 @@ void AddAgent(CLI::App& app, Context& ctx) {
   sub->add_option("--socket", opts->socket_path, "Unix socket (mode 0600; root only; default $GPUSNAP_AGENT_SOCKET)")
       ->capture_default_str();
   sub->add_option("--listen", opts->listen, "Also serve TCP on HOST:PORT or :PORT (needs --token-file)");
+  sub->add_option("--allow-uid", opts->allowed_uids,
+                  "Besides root, a uid that may call on the unix socket (repeatable; the socket becomes mode 0666 and "
+                  "each caller's uid is checked)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--token-file", opts->token_file, "Bearer token for TCP callers (a file of mode 0600)");
   sub->add_option("--store", opts->service.store, "Snapshot store (default: $GPUSNAP_STORE or /var/lib/gpusnap)");
   sub->add_option("--state-dir", opts->service.state_dir, "Job journal and lock (default: <store>/agent)");

@@ -2,11 +2,16 @@
 it will not hold (chunked ones included, memory measured in /proc), JSON it
 will not guess at (duplicate keys, bytes that are not UTF-8), the
 form-encoded body limit, and clients that drip their requests: they are cut
-off, one peer holds only its share of the workers, the others are served."""
+off, one peer holds only its share of the workers, the others are served.
+And who may call on the unix socket: the kernel's word for the caller
+(SO_PEERCRED), not the socket file's mode, decides."""
 import http.client
 import json
 import os
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -274,6 +279,90 @@ class SlowClients(AgentHttpCase):
             if status == 503:
                 self.assertIn("the agent's tcp listener is full (--max-connections 4)", reply["error"])
         self.assertEqual(self.served(agent, "127.0.0.2"), (200, []))
+
+
+# Run as another uid: one request on the agent's unix socket; prints the
+# answer, or why there is none.
+AS_OTHER_UID = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1])
+except OSError as e:
+    sys.exit(print(f"connect: {e}"))
+try:
+    s.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: agent\r\nConnection: close\r\n\r\n")
+except OSError:
+    pass  # refused at once: the answer is already there to read
+data = b""
+try:
+    while chunk := s.recv(65536):
+        data += chunk
+except OSError as e:
+    data += f"recv: {e}".encode()
+print(data.decode())
+"""
+
+
+class SocketCallers(base.AgentCase):
+    def socket_dir(self):
+        """A directory others may enter (the tests' own tmp is root's only),
+        removed at teardown."""
+        d = tempfile.mkdtemp(prefix="gpusnap-sock-")
+        os.chmod(d, 0o755)
+        self.addCleanup(lambda: os.path.isdir(d) and os.rmdir(d))
+        return d
+
+    def call_as(self, uid, socket_path):
+        # The system python: another uid may not enter root's own installs.
+        p = subprocess.run(["/usr/bin/python3", "-c", AS_OTHER_UID, socket_path], user=uid, group=uid,
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p.stdout
+
+    def refusals(self, agent, status):
+        _, text = agent.request("GET", "/metrics")
+        for line in text.splitlines():
+            if line.startswith(f'gpusnap_agent_refusals_total{{listener="unix",status="{status}"}} '):
+                return int(line.split()[-1])
+        return 0
+
+    def test_a_socket_opened_to_others_still_serves_root_alone(self):
+        # A mistake an administrator can make: the socket's mode widened.
+        path = os.path.join(self.socket_dir(), "agent.sock")
+        agent = self.start_agent(socket_path=path)
+        os.chmod(path, 0o666)
+        answer = self.call_as(1000, path)
+        self.assertIn("HTTP/1.1 403", answer)
+        self.assertIn("only root may call the agent; this connection is from uid 1000", answer)
+        self.assertNotIn("HTTP/1.1 200", answer)
+        agent.wait_line("unix: refusing uid 1000 (gid 1000, pid ")
+        self.assertEqual(self.refusals(agent, 403), 1)
+        self.assertEqual(agent.request("GET", "/v1/jobs"), (200, []))
+
+    def test_an_allowed_uid_is_served_and_no_other(self):
+        path = os.path.join(self.socket_dir(), "agent.sock")
+        agent = self.start_agent("--allow-uid", "1001", socket_path=path)
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o666)
+        self.assertIn("HTTP/1.1 200", self.call_as(1001, path))
+        answer = self.call_as(1002, path)
+        self.assertIn("HTTP/1.1 403", answer)
+        self.assertIn("only root, uid 1001 may call the agent; this connection is from uid 1002", answer)
+        agent.wait_line("unix: refusing uid 1002 (gid 1002, pid ")
+        self.assertEqual(self.refusals(agent, 403), 1)
+
+    def test_refused_requests_are_logged_with_the_caller_and_counted(self):
+        agent = self.start_agent()
+        status, _ = agent.request("GET", "/v1/jobs/job-0000000000000000")
+        self.assertEqual(status, 404)
+        agent.wait_line(f"unix GET /v1/jobs/job-0000000000000000 from uid 0 (gid 0, pid ")
+        self.assertEqual(self.refusals(agent, 404), 1)
+
+    def test_a_bad_allowed_uid_refuses_the_start(self):
+        p = subprocess.run([base.GPUSNAP, "agent", "--socket", os.path.join(self.tmp, "a.sock"), "--allow-uid", "x"],
+                           capture_output=True, text=True, timeout=60, env=self.env)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--allow-uid", p.stderr)
 
 
 if __name__ == "__main__":

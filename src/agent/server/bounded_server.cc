@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "agent/server/peer_credentials.h"
 #include "agent/server/request_head.h"
 
 namespace gpusnap::agent {
@@ -166,6 +167,7 @@ class BoundedStream : public httplib::Stream {
 thread_local BoundedStream* t_stream = nullptr;
 thread_local const ConnectionBounds* t_bounds = nullptr;
 thread_local bool t_listener_full = false;
+thread_local const std::string* t_who = nullptr;
 
 // The workers, and the count of connections the listener holds (queued or
 // served). One past the limit is handed to process_and_close_socket on the
@@ -206,7 +208,14 @@ std::optional<ApiError> CutError(Cut cut, const ConnectionBounds& bounds) {
   return std::nullopt;
 }
 
-const char* Reason(int status) { return status == 408 ? "Request Timeout" : "Request Header Fields Too Large"; }
+const char* Reason(int status) {
+  switch (status) {
+    case 403: return "Forbidden";
+    case 408: return "Request Timeout";
+    case 431: return "Request Header Fields Too Large";
+    default: return "Service Unavailable";
+  }
+}
 
 }  // namespace
 
@@ -231,8 +240,11 @@ void BoundedServer::CloseAfterAnswer() {
   if (t_stream) t_stream->close_after = true;
 }
 
-void BoundedServer::Refuse(socket_t sock, const std::string& why) {
-  WriteAnswer(sock, 503, "Service Unavailable", why);
+std::string BoundedServer::WhoAsked() { return t_who ? *t_who : "local"; }
+
+void BoundedServer::Refuse(socket_t sock, int status, const std::string& why) {
+  if (bounds_.on_refused) bounds_.on_refused(status);
+  WriteAnswer(sock, status, Reason(status), why);
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
 }
@@ -240,11 +252,23 @@ void BoundedServer::Refuse(socket_t sock, const std::string& why) {
 bool BoundedServer::process_and_close_socket(socket_t sock) {
   std::string peer = PeerAddress(sock);
   std::string from = peer.empty() ? "local" : peer;
+  if (bounds_.allowed_uids) {
+    auto cred = PeerCredentialsOf(sock);
+    from = cred ? DescribePeer(*cred) : "a peer the kernel does not name";
+    if (!cred || !UidMayCall(cred->uid, *bounds_.allowed_uids)) {
+      std::string who_may = "only root";
+      for (uid_t uid : *bounds_.allowed_uids) who_may += fmt::format(", uid {}", uid);
+      bounds_.log(fmt::format("{}: refusing {}: {} may call the agent", bounds_.listener, from, who_may));
+      Refuse(sock, 403, fmt::format("{} may call the agent; this connection is from uid {}", who_may,
+                                    cred ? std::to_string(cred->uid) : "unknown"));
+      return false;
+    }
+  }
   if (t_listener_full) {
     if (!full_reported_.exchange(true))
       bounds_.log(fmt::format("{}: refusing connections: the listener is full (--max-connections {})",
                               bounds_.listener, limits_.max_in_all()));
-    Refuse(sock,
+    Refuse(sock, 503,
            fmt::format("the agent's {} listener is full (--max-connections {}): retry later",
                        bounds_.listener, limits_.max_in_all()));
     return false;
@@ -256,13 +280,14 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
                                   limits_.max_per_peer());
     if (verdict == ConnectionLimits::PeerVerdict::kRefused)
       bounds_.log(fmt::format("{}: refusing connections from {}: {}", bounds_.listener, from, why));
-    Refuse(sock, why);
+    Refuse(sock, 503, why);
     return false;
   }
 
   BoundedStream stream(sock, bounds_);
   t_stream = &stream;
   t_bounds = &bounds_;
+  t_who = &from;
   bool ok = false;
   size_t left = keep_alive_max_count_;
   auto idle = std::chrono::seconds(keep_alive_timeout_sec_);
@@ -278,6 +303,7 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
     if (auto cut = CutError(stream.cut(), bounds_); cut && !stream.wrote()) {
       // Cut before cpp-httplib answered (in the request line): answered here.
       WriteAnswer(sock, cut->http_status, Reason(cut->http_status), cut->message);
+      if (bounds_.on_refused) bounds_.on_refused(cut->http_status);
       bounds_.log(fmt::format("{} request from {}: HTTP {}: {}", bounds_.listener, from, cut->http_status,
                               cut->message));
       ok = false;
@@ -286,6 +312,7 @@ bool BoundedServer::process_and_close_socket(socket_t sock) {
   }
   t_stream = nullptr;
   t_bounds = nullptr;
+  t_who = nullptr;
   limits_.LeavePeer(peer);
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);

@@ -16,7 +16,10 @@
 //  - the listen backlog is SOMAXCONN, not cpp-httplib's 5, so that many
 //    callers at once queue instead of being refused;
 //  - after an answer of 400 or more the connection is closed (the request's
-//    body may not have been read whole).
+//    body may not have been read whole);
+//  - on the unix socket, a connection whose peer (SO_PEERCRED) is neither
+//    root nor an allowed uid is answered 403 before anything of it is read
+//    (agent/server/peer_credentials.h).
 //
 // It serves each connection itself (cpp-httplib's virtual
 // process_and_close_socket) through a Stream of its own that keeps the
@@ -28,7 +31,10 @@
 #include <cstddef>
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
+
+#include <sys/types.h>
 
 #include <httplib.h>
 
@@ -46,6 +52,10 @@ struct ConnectionBounds {
   size_t max_connections = 256;
   size_t max_connections_per_peer = 0;
   std::function<void(const std::string&)> log;  // one line per refusal it makes itself
+  // Set on the unix socket: besides root, the uids that may call. Unset on
+  // TCP, whose callers present a token instead.
+  std::optional<std::set<uid_t>> allowed_uids;
+  std::function<void(int http_status)> on_refused;  // each refusal it makes itself, counted
 };
 
 class BoundedServer : public httplib::Server {
@@ -60,10 +70,14 @@ class BoundedServer : public httplib::Server {
   static std::optional<ApiError> CutShort();
   // For the handlers: the connection closes after this answer.
   static void CloseAfterAnswer();
+  // For the handlers and the request log: who is at the other end of the
+  // connection being served ("uid 0 (gid 0, pid 812 `gpusnap`)" on the unix
+  // socket, the peer's address on TCP).
+  static std::string WhoAsked();
 
  private:
   bool process_and_close_socket(socket_t sock) override;
-  void Refuse(socket_t sock, const std::string& why);
+  void Refuse(socket_t sock, int status, const std::string& why);
 
   ConnectionBounds bounds_;
   ConnectionLimits limits_;

@@ -203,7 +203,7 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
   }));
 }
 
-ConnectionBounds BoundsFor(const AgentOptions& o, const std::string& listener) {
+ConnectionBounds BoundsFor(const AgentOptions& o, const std::string& listener, Metrics& metrics) {
   ConnectionBounds b;
   b.listener = listener;
   b.threads = o.threads;
@@ -212,7 +212,9 @@ ConnectionBounds BoundsFor(const AgentOptions& o, const std::string& listener) {
   b.max_connections = o.max_connections;
   // The unix socket's callers are root on this node, all one peer to it.
   b.max_connections_per_peer = listener == "tcp" ? o.max_connections_per_peer : 0;
+  if (listener == "unix") b.allowed_uids = o.allowed_uids;
   b.log = o.service.log;
+  b.on_refused = [&metrics, listener](int status) { metrics.Refused(listener, status); };
   return b;
 }
 
@@ -226,16 +228,17 @@ httplib::Server::HandlerResponse CheckBeforeTheBody(const httplib::Request& req,
   return httplib::Server::HandlerResponse::Handled;
 }
 
-void Configure(httplib::Server& s, const AgentOptions& o, const std::string& listener) {
+void Configure(httplib::Server& s, const AgentOptions& o, const std::string& listener, Metrics& metrics) {
   // One line per refused request: who asked for what, and why not.
   auto log = o.service.log;
-  s.set_logger([log, listener](const httplib::Request& req, const httplib::Response& res) {
+  s.set_logger([log, listener, &metrics](const httplib::Request& req, const httplib::Response& res) {
     if (res.status < 400) return;
+    metrics.Refused(listener, res.status);
     std::string why;
     if (auto body = Json::parse(res.body, nullptr, false); body.is_object() && body.contains("error"))
       why = body["error"].is_string() ? Printable(body["error"].get<std::string>()) : "";
     log(fmt::format("{} {} {} from {}: HTTP {}{}", listener, req.method, Printable(req.path),
-                    req.remote_addr.empty() ? "local" : req.remote_addr, res.status, why.empty() ? "" : ": " + why));
+                    BoundedServer::WhoAsked(), res.status, why.empty() ? "" : ": " + why));
   });
   s.set_payload_max_length(o.max_body_bytes);
   s.set_read_timeout(o.io_timeout_s);
@@ -329,16 +332,20 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
   GPUSNAP_ASSIGN_OR_RETURN(impl->service, Service::Open(o.service));
   for (const auto& note : impl->service->recovery_notes()) o.service.log("recovery: " + note);
 
-  // The unix socket: its directory and itself for root only.
+  // The unix socket: its directory and itself for root only, unless the
+  // administrator allows other uids, which must then reach it; either way
+  // each connection's peer is checked (BoundsFor).
+  const bool others_allowed = !o.allowed_uids.empty();
   std::string dir = std::filesystem::path(o.socket_path).parent_path().string();
-  // A directory the agent makes is for root only; one that exists is the caller's to choose.
+  // A directory the agent makes is its own to set; one that exists is the caller's to choose.
   if (!dir.empty() && ::access(dir.c_str(), F_OK) != 0) {
-    GPUSNAP_RETURN_IF_ERROR(MakeDirs(dir, 0700));
+    GPUSNAP_RETURN_IF_ERROR(MakeDirs(dir, others_allowed ? 0711 : 0700));
   }
   GPUSNAP_RETURN_IF_ERROR(ClaimSocketPath(o.socket_path));
-  impl->unix_server = std::make_unique<BoundedServer>(BoundsFor(o, "unix"));
+  Metrics& metrics = impl->service->metrics();
+  impl->unix_server = std::make_unique<BoundedServer>(BoundsFor(o, "unix", metrics));
   BoundedServer& u = *impl->unix_server;
-  Configure(u, o, "unix");
+  Configure(u, o, "unix", metrics);
   u.set_pre_routing_handler(CheckBeforeTheBody);
   AddRoutes(u, *impl->service, true, o.max_body_bytes);
   u.set_address_family(AF_UNIX);
@@ -347,12 +354,13 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
   ::umask(old_mask);
   if (!bound) return Status::Error(Code::kIoError, "cannot bind the unix socket `{}`", o.socket_path);
   if (!u.RaiseBacklog()) return Status::Errno(errno, "listen on `{}`", o.socket_path);
-  if (::chmod(o.socket_path.c_str(), 0600) != 0) return Status::Errno(errno, "chmod `{}`", o.socket_path);
+  if (::chmod(o.socket_path.c_str(), others_allowed ? 0666 : 0600) != 0)
+    return Status::Errno(errno, "chmod `{}`", o.socket_path);
 
   if (!o.listen.empty()) {
-    impl->tcp_server = std::make_unique<BoundedServer>(BoundsFor(o, "tcp"));
+    impl->tcp_server = std::make_unique<BoundedServer>(BoundsFor(o, "tcp", metrics));
     BoundedServer& t = *impl->tcp_server;
-    Configure(t, o, "tcp");
+    Configure(t, o, "tcp", metrics);
     const std::string* token = &impl->token;
     t.set_pre_routing_handler([token](const httplib::Request& req, httplib::Response& res) {
       if ((req.method == "GET" && req.path == "/healthz") || BearerMatches(req.get_header_value("Authorization"), *token))

@@ -1,5 +1,8 @@
 // `gpusnap agent`: the node agent's HTTP/JSON API (docs/AGENT.md) over
-//  - a unix socket, mode 0600 in a directory of mode 0700: only root may call;
+//  - a unix socket, mode 0600 in a directory of mode 0700: only root may call,
+//    and every connection's peer is checked (agent/server/peer_credentials.h):
+//    root, or a uid of allowed_uids (then the socket is mode 0666, the
+//    directory the agent makes 0711, and the check alone keeps others out);
 //  - and, with `listen`, TCP, where every request but GET /healthz must carry
 //    "Authorization: Bearer <token>" (the token file's content), compared in
 //    constant time; 401 otherwise.
@@ -23,6 +26,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "agent/kube/placeholder_watcher.h"
@@ -37,6 +41,7 @@ struct AgentOptions {
   std::string socket_path = "/run/gpusnap-agent/agent.sock";
   std::string listen;              // HOST:PORT, :PORT; empty: no TCP
   std::string token_file;          // REQUIRES with listen: a file only its owner may read
+  std::set<uid_t> allowed_uids;    // besides root, who may call on the unix socket
   size_t max_body_bytes = 64 << 10;
   int io_timeout_s = 10;                 // a request's head and body, and each read or write
   int threads = 8;                       // worker threads per listener

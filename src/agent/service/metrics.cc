@@ -66,6 +66,11 @@ std::string FormatMetrics(const MetricsSnapshot& m) {
     out += "# TYPE gpusnap_standby_workloads gauge\n";
     out += fmt::format("gpusnap_standby_workloads {}\n", m.standby_workloads);
   }
+  out += "# HELP gpusnap_agent_refusals_total Requests and connections the agent's API refused.\n";
+  out += "# TYPE gpusnap_agent_refusals_total counter\n";
+  for (const auto& [key, n] : m.refusals)
+    out += fmt::format("gpusnap_agent_refusals_total{{listener=\"{}\",status=\"{}\"}} {}\n", Escape(key.first),
+                       key.second, n);
   return out;
 }
 
@@ -88,6 +93,11 @@ void Metrics::JobFinished(const std::string& kind, bool succeeded) {
   MutexLock lock(mu_);
   --m_.jobs_in_flight;
   ++m_.operations[{kind, succeeded ? "succeeded" : "failed"}];
+}
+
+void Metrics::Refused(const std::string& listener, int http_status) {
+  MutexLock lock(mu_);
+  ++m_.refusals[{listener, http_status}];
 }
 
 std::string Metrics::Format() const {

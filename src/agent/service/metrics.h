@@ -6,6 +6,8 @@
 //   gpusnap_operations_total{kind,result}           finished jobs, result="succeeded"|"failed"
 //   gpusnap_jobs_in_flight                          jobs running now
 //   gpusnap_standby_workloads                       standbys waiting on the node for a wake
+//   gpusnap_agent_refusals_total{listener,status}   requests and connections the API refused
+//                                                   (listener="unix"|"tcp", status: the HTTP answer)
 //
 // kind is "checkpoint", "restore" or "wake": the wakes of standbys are
 // counted by gpusnap_operations_total{kind="wake"}, and their seconds are
@@ -41,6 +43,7 @@ struct MetricsSnapshot {
   std::map<std::pair<std::string, std::string>, uint64_t> operations;   // (kind, result)
   int64_t jobs_in_flight = 0;
   int64_t standby_workloads = -1;  // -1: not reported
+  std::map<std::pair<std::string, int>, uint64_t> refusals;            // (listener, HTTP status)
 };
 
 std::string FormatMetrics(const MetricsSnapshot& m);
@@ -51,6 +54,7 @@ class Metrics {
   void AddBytes(const std::string& kind, uint64_t bytes) EXCLUDES(mu_);
   void JobStarted() EXCLUDES(mu_);
   void JobFinished(const std::string& kind, bool succeeded) EXCLUDES(mu_);
+  void Refused(const std::string& listener, int http_status) EXCLUDES(mu_);
   std::string Format() const EXCLUDES(mu_);
   // With the standbys waiting now (counted by the caller, at each scrape).
   std::string Format(int64_t standby_workloads) const EXCLUDES(mu_);

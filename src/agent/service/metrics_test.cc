@@ -53,6 +53,17 @@ TEST(AgentMetrics, StandbysAreAGaugeOfTheirOwn) {
   EXPECT_NE(text.find("gpusnap_operations_total{kind=\"wake\",result=\"succeeded\"} 1\n"), std::string::npos);
 }
 
+TEST(AgentMetrics, RefusalsAreCountedByListenerAndStatus) {
+  Metrics m;
+  m.Refused("unix", 403);
+  m.Refused("unix", 403);
+  m.Refused("tcp", 401);
+  std::string text = m.Format();
+  EXPECT_NE(text.find("# TYPE gpusnap_agent_refusals_total counter\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpusnap_agent_refusals_total{listener=\"unix\",status=\"403\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("gpusnap_agent_refusals_total{listener=\"tcp\",status=\"401\"} 1\n"), std::string::npos) << text;
+}
+
 TEST(AgentMetrics, LabelValuesAreEscaped) {
   MetricsSnapshot s;
   s.bytes["a\"b\\c\nd"] = 1;

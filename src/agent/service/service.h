@@ -134,6 +134,7 @@ class Service {
   std::vector<ProcessView> ListProcesses(bool all) const;
 
   const Metrics& metrics() const { return metrics_; }
+  Metrics& metrics() { return metrics_; }  // the API's refusals are counted here too
   std::vector<std::string> recovery_notes() const { return recovery_notes_; }
   size_t RunningJobs() const EXCLUDES(mu_);
   const std::string& store_root() const { return store_.root(); }  // absolute
