@@ -276,7 +276,8 @@ class AgentApi(AgentCase):
                 status, reply = agent.request(method, path, body)
                 self.assertEqual(status, want, reply)
                 self.assertIn(needle, reply["error"])
-        self.assertIn("unix POST /v1/checkpoints from local: HTTP 403: pid 1 is the node's init", agent.log())
+        self.assertRegex(agent.log(), r"unix POST /v1/checkpoints from uid 0 \(gid 0, pid \d+ `[^`]*`\): "
+                                      r"HTTP 403: pid 1 is the node's init")
         # Nothing happened: no job, no snapshot, no temporary, the workload counts on.
         self.assertEqual(agent.request("GET", "/v1/jobs"), (200, []))
         self.assertEqual(self.store_entries(), [])

@@ -208,7 +208,7 @@ class Bodies(AgentHttpCase):
                 self.assertEqual(status // 100, 4, reply)
                 self.assertIsInstance(reply["error"], str)
         # The log names them in text: the bytes as \xNN.
-        self.assertIn("unix GET /v1/snapshots/caf\\xe9 from local: HTTP 400", agent.log())
+        self.assertIn("unix GET /v1/snapshots/caf\\xe9 from uid 0 (gid 0, pid ", agent.log())
         self.assertEqual(agent.request("GET", "/v1/jobs"), (200, []))
 
 
