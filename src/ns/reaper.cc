@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -18,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ns/taken_namespace_inodes.h"
 #include "proc/proc.h"
 #include "util/child_fds.h"
 #include "util/files.h"
@@ -33,6 +35,26 @@ namespace {
 //   error <errno> <what>       (from either)
 void Report(int fd, const char* text) {
   if (fd >= 0) (void)!::write(fd, text, std::strlen(text));
+}
+
+// The verdict on a new namespace's inode (kept, or given up for another),
+// and the intermediate child's exit when it is given up.
+constexpr char kKeepNamespace = 'k';
+constexpr char kGiveUpNamespace = 'r';
+constexpr int kNamespaceGivenUp = 3;
+constexpr int kNamespaceAttempts = 64;
+
+// `size` bytes from `fd`, or false (EOF or an error first).
+bool ReadFull(int fd, void* out, size_t size) {
+  auto* p = static_cast<char*>(out);
+  while (size > 0) {
+    ssize_t n = ::read(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
 }
 
 void ReportError(int fd, const char* what, int err) {
@@ -259,35 +281,81 @@ Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec) {
   argv.push_back(nullptr);
   int keep_status = status_wr.get(), keep_hold = hold_rd.get();
 
-  pid_t mid = ::fork();
-  if (mid < 0) return Status::Errno(errno, "fork");
-  if (mid == 0) {
-    // Only async-signal-safe calls from here: the parent may have threads.
-    if (::unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) {
-      ReportError(keep_status, "unshare(CLONE_NEWPID|CLONE_NEWNS)", errno);
-      _exit(1);
-    }
-    pid_t reaper = ::fork();
-    if (reaper < 0) {
-      ReportError(keep_status, "fork", errno);
-      _exit(1);
-    }
-    if (reaper == 0) {
-      ::setsid();
-      if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
-          ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
-        ReportError(keep_status, "mounting /proc in the new namespace", errno);
+  // The verdict on each new namespace: one whose inode a CUDA socket name
+  // still carries is given up (held open meanwhile, so that the next one gets
+  // another inode) and another made (ns/taken_namespace_inodes.h). The kernel
+  // shows a pid namespace only once its first process exists, so the
+  // intermediate child names the reaper, which waits for the verdict before
+  // it mounts anything or runs.
+  int candidate_pipe[2], verdict_pipe[2];
+  if (::pipe2(candidate_pipe, O_CLOEXEC) != 0) return Status::Errno(errno, "pipe");
+  UniqueFd candidate_rd(candidate_pipe[0]), candidate_wr(candidate_pipe[1]);
+  if (::pipe2(verdict_pipe, O_CLOEXEC) != 0) return Status::Errno(errno, "pipe");
+  UniqueFd verdict_rd(verdict_pipe[0]), verdict_wr(verdict_pipe[1]);
+  int keep_candidate = candidate_wr.get(), keep_verdict = verdict_rd.get();
+  std::vector<UniqueFd> given_up;  // closed once a namespace is kept
+  pid_t mid = -1;
+  for (int attempt = 1;; ++attempt) {
+    mid = ::fork();
+    if (mid < 0) return Status::Errno(errno, "fork");
+    if (mid == 0) {
+      // Only async-signal-safe calls from here: the parent may have threads.
+      int go[2];
+      if (::unshare(CLONE_NEWPID | CLONE_NEWNS) != 0 || ::pipe2(go, O_CLOEXEC) != 0) {
+        ReportError(keep_status, "unshare(CLONE_NEWPID|CLONE_NEWNS)", errno);
         _exit(1);
       }
-      DetachStdio(-1, {keep_status, keep_hold});
-      ::execv(argv[0], argv.data());
-      ReportError(keep_status, "exec of the reaper", errno);
-      _exit(1);
+      pid_t reaper = ::fork();
+      if (reaper < 0) {
+        ReportError(keep_status, "fork", errno);
+        _exit(1);
+      }
+      if (reaper == 0) {
+        ::close(go[1]);
+        char verdict = 0;
+        if (::read(go[0], &verdict, 1) != 1 || verdict != kKeepNamespace) _exit(kNamespaceGivenUp);
+        ::setsid();
+        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+            ::mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0) {
+          ReportError(keep_status, "mounting /proc in the new namespace", errno);
+          _exit(1);
+        }
+        DetachStdio(-1, {keep_status, keep_hold});
+        ::execv(argv[0], argv.data());
+        ReportError(keep_status, "exec of the reaper", errno);
+        _exit(1);
+      }
+      (void)!::write(keep_candidate, &reaper, sizeof reaper);
+      char verdict = 0;
+      if (::read(keep_verdict, &verdict, 1) != 1 || verdict != kKeepNamespace) {
+        ::kill(reaper, SIGKILL);
+        ::waitpid(reaper, nullptr, 0);
+        _exit(kNamespaceGivenUp);
+      }
+      (void)!::write(go[1], &verdict, 1);
+      char line[64];
+      std::snprintf(line, sizeof line, "reaper %d\n", reaper);
+      Report(keep_status, line);
+      _exit(0);
     }
-    char line[64];
-    std::snprintf(line, sizeof line, "reaper %d\n", reaper);
-    Report(keep_status, line);
-    _exit(0);
+    pid_t candidate = 0;
+    if (ReadFull(candidate_rd.get(), &candidate, sizeof candidate) && attempt < kNamespaceAttempts) {
+      std::string ns_path = "/proc/" + std::to_string(candidate) + "/ns/pid";
+      UniqueFd ns(::open(ns_path.c_str(), O_RDONLY | O_CLOEXEC));
+      struct stat st{};
+      auto sockets = ReadFile("/proc/net/unix");
+      if (ns.valid() && ::fstat(ns.get(), &st) == 0 && sockets.ok() &&
+          NamespaceInodesInCudaSocketNames(*sockets).contains(st.st_ino)) {
+        given_up.push_back(std::move(ns));
+        (void)!::write(verdict_wr.get(), &kGiveUpNamespace, 1);
+        ::waitpid(mid, nullptr, 0);
+        continue;
+      }
+    }
+    // Free, or still taken after every attempt: then the workload may meet
+    // the name at cuInit, as it would have without the check.
+    (void)!::write(verdict_wr.get(), &kKeepNamespace, 1);
+    break;
   }
   status_wr.Reset();
   hold_rd.Reset();

@@ -5,7 +5,9 @@
 // into a fresh one without pid collisions (docs/ARCHITECTURE.md, "Why CRIU
 // runs inside the workload's namespace").
 // The namespace has a private /proc (CUDA needs it), and no descriptor from
-// outside is left open inside it.
+// outside is left open inside it. Its inode is one that no CUDA socket name of
+// a restored process still carries (ns/taken_namespace_inodes.h): a namespace
+// given such an inode is given up and another made.
 //
 // Two uses:
 //  - run: the reaper starts the workload as a session leader (pid 2) with
