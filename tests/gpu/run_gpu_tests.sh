@@ -196,6 +196,17 @@ export GPUSNAP_STORE="$OUT/store" GPUSNAP_RUN_DIR="$OUT/run"
 reapers=()  # namespaces this script started; stopped on exit
 trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done; for r in "${reapers[@]}"; do kill "$r" 2>/dev/null; done' EXIT
 reaper_of() { ps -o ppid= -p "$1" | tr -d ' '; }
+# end_workload NAME: a test ends the workload it ran or restored (its whole
+# namespace), so that the next test meets a GPU as the suite found it.
+end_workload() {
+  local p
+  p=$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print(next((w["pid"] for w in json.load(sys.stdin) if w["name"] == sys.argv[1] and w["state"] != "exited"), ""))' "$1")
+  [ -n "$p" ] || return 0
+  "$GPUSNAP" kill "$1" >/dev/null || fail "gpusnap kill $1 failed"
+  local i
+  for ((i = 0; i < 100; i++)); do kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p")" != Z ] || return 0; sleep 0.1; done
+  fail "workload $1 (pid $p) still runs after gpusnap kill"
+}
 # run_ns NAME CMD...: `gpusnap run` with output in $OUT/NAME.out; sets $pid.
 run_ns() {
   local name=$1
@@ -223,6 +234,7 @@ test_counter_checkpoint_restore() {
   running gc 5 || return
   cr gc || return
   goes_on gc "$before"
+  end_workload gc
   passed "$1"
 }
 
@@ -233,6 +245,7 @@ test_pinned_checkpoint_restore() {
   cr pr || return
   goes_on pr "$before"
   grep -q -e SIGSEGV -e MISMATCH "$OUT/pr.out" && fail "$(grep -m1 -e SIGSEGV -e MISMATCH "$OUT/pr.out")"
+  end_workload pr
   passed "$1"
 }
 
@@ -253,6 +266,7 @@ moved_to_gpu1() {
   cr "$name" --gpus 1 || return 1
   goes_on "$name" "$before" || return 1
   [ "$(gpu_mem_of "$pid")" = "$uuid1" ] || { fail "restored pid $pid is on $(gpu_mem_of "$pid"), not GPU 1 ($uuid1)"; return 1; }
+  end_workload "$name"
 }
 
 test_restore_on_other_gpu() {
@@ -292,6 +306,7 @@ test_gpushare_counter() {
   [ "$bytes" -lt $((GIB << 30)) ] || fail "the snapshot holds $bytes bytes: the device memory went through CRIU"
   goes_on gsc "$before" || return
   gs gpushare state "$pid" || fail "gpushare state after restore failed"
+  end_workload gsc
   passed "$1"
 }
 
@@ -332,6 +347,7 @@ share_pair_cycle() {
   goes_on "$name" "$before" || return 1
   echo "INFO: $name: $(grep -c '^step' "$OUT/$name.out") steps, the child's sums: $(grep -oE 'sum [1-9][0-9]*' "$OUT/$name.out" | sort -u | tr '\n' ' ')"
   [ "$(grep -oE 'sum [1-9][0-9]*' "$OUT/$name.out" | sort -u | wc -l)" = 1 ] || { fail "the child read different bytes"; return 1; }
+  end_workload "$name"
 }
 test_gpushare_ipc() {
   current="gpushare (a): two processes sharing memory through cuIpcGetMemHandle: suspend/resume, checkpoint/restore"
@@ -351,6 +367,7 @@ test_gpushare_release_failure() {
   goes_on sp_fail "$(last_step "$OUT/sp_fail.out")" || return
   cr sp_fail || return
   goes_on sp_fail "$before" || return
+  end_workload sp_fail
   passed "$1"
 }
 
@@ -402,7 +419,7 @@ test_gpushare_nccl() {
   running nccl 5 || return
   suspend_resume nccl nccl_allreduce 2 || return
   checkpoint_restore nccl || return
-  kill "$(reaper_of "$pid")"
+  end_workload nccl
   passed "$1"
 }
 # The GPUs each rank of the job under $pid holds memory on, in rank order:
@@ -433,7 +450,7 @@ tp_cycle() {
     { fail "the ranks did not move as mapped: $gpus, then $reversed"; return 1; }
   # Every step's tokens hash the same as the first step's.
   [ "$(grep -oE 'sum [0-9]+' "$OUT/$name.out" | sort -u | wc -l)" = 1 ] || { fail "the tokens changed"; return 1; }
-  kill "$(reaper_of "$pid")"
+  end_workload "$name"
 }
 test_gpushare_tp2() {
   local model=${GPU_TEST_TP_MODEL:-1b}
@@ -452,14 +469,18 @@ test_gpushare_tp4() {
 
 # (b) and (e): the Llama-architecture server of bench/ (8B-class by default),
 # checkpointed and restored GPU_TEST_CYCLES times in a row, then once more
-# after dropping the page cache. The benchmark fails on any answer that differs
+# after dropping the page cache. The driver's own checkpoint copies all of a
+# process's device memory to host memory: the static engine's KV-cache pool
+# is bounded (GPU_TEST_KV_GIB, default 8), since a pool of most of the GPU
+# (122 GiB on an H200) does not fit the host's memory (cuCheckpoint fails with
+# 304). The benchmark fails on any answer that differs
 # from the cold start's (a fresh run); its JSON is checked here again.
 test_llm_server_cycles() {
   local model=${GPU_TEST_MODEL:-8b} n=${GPU_TEST_CYCLES:-5} json
   current="(b)+(e) the $model Llama server: $n checkpoint/restore cycles, tokens equal to a fresh run's"
   json=$OUT/bench-$model.json
   PYTHON=${PYTHON:-python3} bash "$root/bench/run_bench.sh" --model "$model" --cycles "$n" \
-    --gpusnap "$GPUSNAP" --out "$json" >"$OUT/bench-$model.out" 2>&1
+    --kv-cache-gib "${GPU_TEST_KV_GIB:-8}" --gpusnap "$GPUSNAP" --out "$json" >"$OUT/bench-$model.out" 2>&1
   local rc=$?
   sed -n '/^| phase/,$p' "$OUT/bench-$model.out"
   [ "$rc" = 0 ] || { fail "run_bench.sh exited $rc: $(grep -m3 -e FAILED -e differ "$OUT/bench-$model.out")"; return; }
@@ -515,6 +536,38 @@ PY
   passed "$1"
 }
 
+# What the machine holds before the suite: after it, nothing more may be left
+# (processes, GPU memory, files in /dev/shm, running workload records, mounts).
+gpu_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader | sort -n | paste -sd' '; }
+gpu_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '{ s += $1 } END { print s }'; }
+mount_points() { awk '{ print $5 }' /proc/self/mountinfo | sort; }
+shm_before=$(ls -A /dev/shm | sort)
+mounts_before=$(mount_points)
+gpu_pids_before=$(gpu_pids)
+gpu_used_before=$(gpu_used_mib)
+host_used_before=$(free -m | awk '/^Mem:/ { print $3 }')
+left_behind() {
+  current="nothing left behind"
+  local before=$failures p i
+  for p in "${started[@]}" "${reapers[@]}"; do
+    [ -n "$p" ] && kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p" | cut -c1)" != Z ] &&
+      fail "pid $p ($(ps -o args= -p "$p" | cut -c1-80)) still runs"
+  done
+  local running
+  running=$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print(" ".join(w["name"] + "(" + w["state"] + ")" for w in json.load(sys.stdin) if w["state"] != "exited"))')
+  [ -z "$running" ] || fail "workload records still running or standby: $running"
+  for ((i = 0; i < 100; i++)); do [ "$(gpu_pids)" = "$gpu_pids_before" ] && break; sleep 0.1; done
+  [ "$(gpu_pids)" = "$gpu_pids_before" ] || fail "GPU processes left: $(gpu_pids) (before: ${gpu_pids_before:-none})"
+  local shm_new
+  shm_new=$(comm -13 <(echo "$shm_before") <(ls -A /dev/shm | sort) | paste -sd' ')
+  [ -z "$shm_new" ] || fail "files left in /dev/shm: $shm_new"
+  local mounts_new
+  mounts_new=$(comm -13 <(echo "$mounts_before") <(mount_points) | paste -sd' ')
+  [ -z "$mounts_new" ] || fail "mounts left: $mounts_new"
+  echo "INFO: GPU memory used ${gpu_used_before} MiB before the suite, $(gpu_used_mib) MiB after; host memory used ${host_used_before} MiB before, $(free -m | awk '/^Mem:/ { print $3 }') MiB after"
+  passed "$before"
+}
+
 echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
@@ -527,5 +580,6 @@ for t in ${GPU_TESTS:-$tests}; do
 done
 probe_pinned_reader_running 0
 probe_pinned_reader_running 1
+left_behind
 echo "$failures failure(s)"
 [ "$failures" = 0 ]
