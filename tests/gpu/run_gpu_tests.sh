@@ -194,7 +194,9 @@ probe_pinned_reader_running() {
 # --- gpusnap checkpoint / restore of whole workloads (CRIU + the driver) ----
 export GPUSNAP_STORE="$OUT/store" GPUSNAP_RUN_DIR="$OUT/run"
 reapers=()  # namespaces this script started; stopped on exit
-trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done; for r in "${reapers[@]}"; do kill "$r" 2>/dev/null; done' EXIT
+# The suite's snapshots (tens of GiB a run) go with it: runs in a row on one
+# disk must not fill it. The workloads' output stays for reading.
+trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done; for r in "${reapers[@]}"; do kill "$r" 2>/dev/null; done; rm -rf "$GPUSNAP_STORE"' EXIT
 reaper_of() { ps -o ppid= -p "$1" | tr -d ' '; }
 # end_workload NAME: a test ends the workload it ran or restored (its whole
 # namespace), so that the next test meets a GPU as the suite found it.
@@ -546,6 +548,8 @@ mounts_before=$(mount_points)
 gpu_pids_before=$(gpu_pids)
 gpu_used_before=$(gpu_used_mib)
 host_used_before=$(free -m | awk '/^Mem:/ { print $3 }')
+disk_free() { df -Pm "$1" | awk 'NR == 2 { print $4 }'; }
+disk_free_before=$(disk_free "$OUT")
 left_behind() {
   current="nothing left behind"
   local before=$failures p i
@@ -564,7 +568,7 @@ left_behind() {
   local mounts_new
   mounts_new=$(comm -13 <(echo "$mounts_before") <(mount_points) | paste -sd' ')
   [ -z "$mounts_new" ] || fail "mounts left: $mounts_new"
-  echo "INFO: GPU memory used ${gpu_used_before} MiB before the suite, $(gpu_used_mib) MiB after; host memory used ${host_used_before} MiB before, $(free -m | awk '/^Mem:/ { print $3 }') MiB after"
+  echo "INFO: GPU memory used ${gpu_used_before} MiB before the suite, $(gpu_used_mib) MiB after; host memory used ${host_used_before} MiB before, $(free -m | awk '/^Mem:/ { print $3 }') MiB after; $(disk_free "$OUT") MiB free on the output's disk, ${disk_free_before} MiB before (the suite's store, $(du -sm "$GPUSNAP_STORE" 2>/dev/null | cut -f1) MiB, is removed on exit)"
   passed "$before"
 }
 
