@@ -177,9 +177,17 @@ class RestorePrivilege(PlaceholderCase):
         self.assert_refused_before_criu(p, snapshot, placeholder, init)
         self.assertIn("is not bound by 1 of the 1 seccomp filter(s) that bind the placeholder's init", p.stderr)
 
-        # With them: restored, bound by the same filter.
+        # With them: restored, bound by the same filter; by the agent, whose
+        # worker thread reads the filters by ptrace.
         snapshot, _ = self.checkpoint_counter(agent, seccomp=SECCOMP)
-        new_pid = self.restore_and_count(snapshot, placeholder, init)
+        status_code, reply = agent.request("POST", "/v1/restores",
+                                           {"snapshot": snapshot, "target": {"container": placeholder}})
+        self.assertEqual(status_code, 202, reply)
+        job = self.wait_job(agent, reply["job"])
+        self.assertEqual(job["state"], "succeeded", f"{job}\n{self.criu_log(job)}\n{agent.log()}")
+        new_pid = job["restoredPid"]
+        self.assert_restored_into(new_pid, init)
+        self.wait_count(new_pid, self.count(new_pid) + 5)
         self.assertEqual(status(new_pid)["Seccomp"], "2")
         self.assertEqual(status(new_pid)["NoNewPrivs"], "1")
         self.assert_no_fail_in_logs()
@@ -204,6 +212,18 @@ class RestorePrivilege(PlaceholderCase):
         self.assertTrue(self.wait_idle(init), self.children(init))
         self.assertEqual([w for w in self.workloads() if w["running"]], [])
         self.gs("inspect", "--verify", snapshot)
+
+        # The seccomp filters of the restored threads, read by ptrace while
+        # CRIU holds them stopped, against a filtered placeholder's.
+        filtered, filtered_init = self.start_placeholder(seccomp=SECCOMP)
+        other = dict(SECCOMP, syscalls=[{"names": ["keyctl"], "action": "SCMP_ACT_ERRNO"}])
+        snapshot, _ = self.checkpoint_counter(agent, seccomp=other)
+        p = self.restore_into(snapshot, filtered, env=dict(self.env, GPUSNAP_TEST_SKIP_AT="check-privilege"))
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("the tree CRIU restored holds more privilege than placeholder container", p.stderr)
+        self.assertIn("as restored: each is not bound by 1 of the 1 seccomp filter(s) that bind the placeholder's "
+                      "init", p.stderr)
+        self.assertTrue(self.wait_idle(filtered_init), self.children(filtered_init))
 
     def wait_idle(self, init, timeout=10):
         end = time.time() + timeout
