@@ -4,54 +4,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <google/protobuf/unknown_field_set.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
 #include <optional>
 #include <string_view>
 
+#include "criu/image_reader.h"
 #include "util/fd.h"
-#include "util/files.h"
 
 namespace gpusnap::criu {
 
 namespace {
 
-using google::protobuf::UnknownField;
-using google::protobuf::UnknownFieldSet;
-
-// A message's fields by number (the first of each), as the wire has them.
-struct Message {
-  std::map<int, uint64_t> varints;
-  std::map<int, std::string> bytes;
-
-  std::optional<uint64_t> Varint(int number) const {
-    auto it = varints.find(number);
-    return it == varints.end() ? std::nullopt : std::optional<uint64_t>(it->second);
-  }
-  std::optional<std::string> Bytes(int number) const {
-    auto it = bytes.find(number);
-    return it == bytes.end() ? std::nullopt : std::optional<std::string>(it->second);
-  }
-};
-
-std::optional<Message> Parse(std::string_view wire) {
-  UnknownFieldSet set;
-  if (!set.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) return std::nullopt;
-  Message m;
-  for (int i = 0; i < set.field_count(); ++i) {
-    const UnknownField& f = set.field(i);
-    if (f.type() == UnknownField::TYPE_VARINT) m.varints.emplace(f.number(), f.varint());
-    if (f.type() == UnknownField::TYPE_LENGTH_DELIMITED) m.bytes.emplace(f.number(), f.length_delimited());
-  }
-  return m;
-}
-
-// criu/include/magic.h: the word every image starts with, then its own.
-constexpr uint32_t kCommonMagic = 0x54564319;
-constexpr uint32_t kServiceMagic = 0x55105940;
+// criu/include/magic.h.
 constexpr uint32_t kFilesMagic = 0x56303138;
 constexpr uint32_t kRegFilesMagic = 0x50363636;
 constexpr uint32_t kRemapFpathMagic = 0x59133954;
@@ -74,61 +40,10 @@ constexpr uint32_t kRemapGhostBit = 0x80000000u;
 // images/ghost-file.proto ghost_file_entry: mode.
 constexpr int kGhostMode = 3;
 
-uint32_t ReadU32(std::string_view bytes, size_t at) {
-  uint32_t v;
-  std::memcpy(&v, bytes.data() + at, sizeof v);
-  return v;  // in the order of the host that wrote it, as CRIU reads it
-}
-
-// The bytes after an image's magic words, or why they are not CRIU's `magic`.
-Result<std::string_view> Body(std::string_view image, uint32_t magic, const std::string& path) {
-  if (image.size() < 4) return Status::Error(Code::kCorruption, "CRIU image `{}` is too short for its magic", path);
-  size_t at = 4;
-  uint32_t first = ReadU32(image, 0);
-  if (first == kCommonMagic || first == kServiceMagic) {
-    if (image.size() < 8) return Status::Error(Code::kCorruption, "CRIU image `{}` is too short for its magic", path);
-    first = ReadU32(image, 4);
-    at = 8;
-  }
-  if (first != magic)
-    return Status::Error(Code::kCorruption, "CRIU image `{}` has magic {:#x}, not {:#x}", path, first, magic);
-  return image.substr(at);
-}
-
-// The entries of an image body, which starts at byte `base` of the file: each
-// a length and a message.
-Result<std::vector<Message>> Entries(std::string_view body, size_t base, const std::string& path) {
-  std::vector<Message> out;
-  size_t at = 0;
-  while (at < body.size()) {
-    if (body.size() - at < 4)
-      return Status::Error(Code::kCorruption, "CRIU image `{}` ends inside an entry's length (at byte {})", path,
-                           base + at);
-    uint32_t len = ReadU32(body, at);
-    at += 4;
-    if (body.size() - at < len)
-      return Status::Error(Code::kCorruption, "CRIU image `{}`: an entry of {} bytes at byte {} runs past its end",
-                           path, len, base + at);
-    auto entry = Parse(body.substr(at, len));
-    if (!entry)
-      return Status::Error(Code::kCorruption, "CRIU image `{}`: the entry at byte {} is not a protobuf message", path,
-                           base + at);
-    out.push_back(std::move(*entry));
-    at += len;
-  }
-  return out;
-}
-
-Result<std::vector<Message>> ReadImage(const std::string& path, uint32_t magic) {
-  GPUSNAP_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  GPUSNAP_ASSIGN_OR_RETURN(std::string_view body, Body(text, magic, path));
-  return Entries(body, text.size() - body.size(), path);
-}
-
 // Regular files' paths by id: files.img, or reg-files.img of older dumps.
 Result<std::map<uint32_t, std::string>> RegularFiles(const std::string& dir) {
   std::map<uint32_t, std::string> paths;
-  auto add = [&](const Message& reg, const std::string& path) -> Status {
+  auto add = [&](const ImageMessage& reg, const std::string& path) -> Status {
     auto id = reg.Varint(kRegFileId);
     auto name = reg.Bytes(kRegFileName);
     if (!id || !name)
@@ -142,7 +57,7 @@ Result<std::map<uint32_t, std::string>> RegularFiles(const std::string& dir) {
     for (const auto& e : entries) {
       if (e.Varint(kFileEntryType) != kFdTypeReg) continue;
       auto reg = e.Bytes(kFileEntryReg);
-      auto parsed = reg ? Parse(*reg) : std::nullopt;
+      auto parsed = reg ? ParseImageMessage(*reg) : std::nullopt;
       if (!parsed)
         return Status::Error(Code::kCorruption, "CRIU image `{}`: a regular file's entry is missing or malformed",
                              files);
@@ -157,23 +72,23 @@ Result<std::map<uint32_t, std::string>> RegularFiles(const std::string& dir) {
 }
 
 // A ghost image's first entry (the file's metadata; its contents follow).
-Result<Message> GhostEntry(const std::string& path) {
+Result<ImageMessage> GhostEntry(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return Status::Errno(errno, "opening `{}`", path);
   std::string head(12, '\0');
   ssize_t n = ::pread(fd.get(), head.data(), head.size(), 0);
   if (n < 0) return Status::Errno(errno, "reading `{}`", path);
   head.resize(static_cast<size_t>(n));
-  GPUSNAP_ASSIGN_OR_RETURN(std::string_view body, Body(head, kGhostFileMagic, path));
+  GPUSNAP_ASSIGN_OR_RETURN(std::string_view body, ImageBody(head, kGhostFileMagic, path));
   if (body.size() < 4) return Status::Error(Code::kCorruption, "CRIU image `{}` holds no ghost file entry", path);
-  uint32_t len = ReadU32(body, 0);
+  uint32_t len = ImageWord(body, 0);
   if (len > (1u << 20)) return Status::Error(Code::kCorruption, "CRIU image `{}`: a {}-byte ghost entry", path, len);
   std::string entry(len, '\0');
   n = ::pread(fd.get(), entry.data(), len, static_cast<off_t>(head.size()));
   if (n != static_cast<ssize_t>(len))
     return n < 0 ? Status::Errno(errno, "reading `{}`", path)
                  : Status::Error(Code::kCorruption, "CRIU image `{}` ends inside its ghost entry", path);
-  auto parsed = Parse(entry);
+  auto parsed = ParseImageMessage(entry);
   if (!parsed)
     return Status::Error(Code::kCorruption, "CRIU image `{}`: its ghost entry is not a protobuf message", path);
   return *parsed;
@@ -208,7 +123,7 @@ Result<std::vector<GhostFile>> ReadGhostFiles(const std::string& images_dir) {
     if (named == files->end())
       return Status::Error(Code::kCorruption, "CRIU image `{}`: ghost {:#x} is of file {:#x}, which no image names",
                            remaps, id, *orig);
-    GPUSNAP_ASSIGN_OR_RETURN(Message ghost_entry,
+    GPUSNAP_ASSIGN_OR_RETURN(ImageMessage ghost_entry,
                              GhostEntry(fmt::format("{}/ghost-file-{:x}.img", images_dir, id)));
     auto mode = ghost_entry.Varint(kGhostMode);
     out.push_back({.id = id, .path = named->second, .directory = mode && S_ISDIR(static_cast<mode_t>(*mode))});

@@ -10,9 +10,7 @@
 //
 // Read from the images themselves: files.img (or reg-files.img of older
 // dumps) for the paths, remap-fpath.img for which of them are ghosts, and
-// each ghost-file-<id>.img for its mode. An image is two magic words, then
-// entries of a 32-bit little-endian length and a protobuf message; only the
-// few fields named in ghost_files.cc are read, by number.
+// each ghost-file-<id>.img for its mode, by field number (image_reader.h).
 #pragma once
 
 #include <cstdint>

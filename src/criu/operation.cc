@@ -41,7 +41,11 @@ Result<criu_resp> Run(const Operation& op) {
     if (!cgroup_files.back().valid()) return Status::Errno(errno, "opening `{}`", path);
     cgroup_fds.push_back(cgroup_files.back().get());
   }
-  GPUSNAP_ASSIGN_OR_RETURN(auto swrk, Swrk::Start({op.bundle, op.ns_holder, op.inherit_fds, cgroup_fds}));
+  GPUSNAP_ASSIGN_OR_RETURN(auto swrk, Swrk::Start({.bundle = op.bundle,
+                                                        .ns_holder = op.ns_holder,
+                                                        .inherit_fds = op.inherit_fds,
+                                                        .cgroup_procs_fds = cgroup_fds,
+                                                        .ns_last_pid = op.ns_last_pid}));
   criu_req req;
   req.set_type(op.type);
   *req.mutable_opts() = op.opts;

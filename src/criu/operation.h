@@ -19,6 +19,7 @@ struct Operation {
   criu_req_type type = DUMP;       // DUMP or RESTORE
   criu_opts opts;                  // from DumpOptions / RestoreOptions
   pid_t ns_holder = 0;
+  int ns_last_pid = 0;             // a restore: where the namespace's next pids start (SwrkLaunch)
   std::vector<int> inherit_fds;    // the images and work directory fds in opts
   std::vector<std::string> join_cgroups;  // cgroup.procs files CRIU is moved into before it starts
   std::chrono::seconds timeout{600};

@@ -92,7 +92,13 @@ Result<Swrk> Swrk::Start(const SwrkLaunch& launch) {
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) return Status::Errno(errno, "socketpair");
   UniqueFd ctl_ours(ctl[0]), ctl_theirs(ctl[1]);
 
-  UniqueFd pid_ns, mnt_ns;
+  UniqueFd pid_ns, mnt_ns, last_pid;
+  std::string last_pid_value = std::to_string(launch.ns_last_pid);
+  if (launch.ns_last_pid > 0 && launch.ns_holder > 0) {
+    // The namespace a write of it changes is the writer's pid namespace.
+    last_pid.Reset(::open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC));
+    if (!last_pid.valid()) return Status::Errno(errno, "opening /proc/sys/kernel/ns_last_pid");
+  }
   if (launch.ns_holder > 0) {
     std::string base = "/proc/" + std::to_string(launch.ns_holder) + "/ns/";
     pid_ns.Reset(::open((base + "pid").c_str(), O_RDONLY | O_CLOEXEC));
@@ -123,6 +129,21 @@ Result<Swrk> Swrk::Start(const SwrkLaunch& launch) {
       if (::setns(pid_ns.get(), CLONE_NEWPID) != 0 || ::setns(mnt_ns.get(), CLONE_NEWNS) != 0 || ::chdir("/") != 0)
         _exit(124);
     }
+    if (last_pid.valid()) {
+      // A child, the first of ours in the namespace, writes it; CRIU, forked
+      // after it has gone, starts above it.
+      pid_t writer = ::fork();
+      if (writer < 0) _exit(121);
+      if (writer == 0)
+        _exit(::write(last_pid.get(), last_pid_value.data(), last_pid_value.size()) ==
+                      static_cast<ssize_t>(last_pid_value.size())
+                  ? 0
+                  : 1);
+      int written = 0;
+      while (::waitpid(writer, &written, 0) < 0 && errno == EINTR) {
+      }
+      if (!WIFEXITED(written) || WEXITSTATUS(written) != 0) _exit(121);
+    }
     pid_t criu = ::fork();
     if (criu < 0) _exit(123);
     if (criu == 0) ExecCriu(ctl[1], sock_fd_number, launch.inherit_fds, argv.data());
@@ -146,6 +167,7 @@ Result<Swrk> Swrk::Start(const SwrkLaunch& launch) {
     s.launcher_pid_ = -1;
     const char* why = code == 124   ? "could not enter the workload's namespaces"
                       : code == 122 ? "could not join the target's cgroups"
+                      : code == 121 ? "could not set where the namespace's next pids start (ns_last_pid)"
                       : code == 126 ? "could not prepare its RPC socket"
                                     : "did not start";
     return Status::Error(Code::kExternal, "starting CRIU (`{}`): {} (launcher status {})", launch.bundle->criu, why,

@@ -33,6 +33,13 @@ struct SwrkLaunch {
   // Open cgroup.procs files CRIU joins before it starts (a restore into a
   // container: the tree it forks lands in the container's cgroups).
   std::vector<int> cgroup_procs_fds;
+  // > 0 (a restore into ns_holder's namespace): its next pids start above this before CRIU
+  // is forked into it, so that neither CRIU nor its helpers take a pid the
+  // restored tree needs back ("Can't fork for <pid>: File exists"). Written
+  // by gpusnap's privilege from inside the pid namespace, through the host's
+  // /proc: a placeholder's init may lack the capability (CAP_SYS_ADMIN or
+  // CAP_CHECKPOINT_RESTORE) and its /proc/sys is read-only in a container.
+  int ns_last_pid = 0;
 };
 
 // Called for each notification (post-dump, post-restore, ...). CRIU waits for

@@ -13,12 +13,12 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 
+#include "proc/credentials.h"
 #include "proc/proc.h"
 #include "util/fd.h"
 #include "util/files.h"
@@ -86,7 +86,7 @@ void Exec(const std::vector<const char*>& candidates, char* const* argv, char* c
 // Gives up the capabilities `cred` lacks, then takes its uid and gid, then
 // its capability sets and no_new_privs: a child of a threaded process, so
 // raw syscalls only. False, errno set, on a refusal.
-bool TakeCredentials(const Credentials& cred, int last_cap) {
+bool TakeCredentials(const proc::Credentials& cred, int last_cap) {
   for (int cap = 0; cap <= last_cap && cap < 64; ++cap)
     if (!(cred.cap_bounding >> cap & 1) && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
       return false;
@@ -103,35 +103,6 @@ bool TakeCredentials(const Credentials& cred, int last_cap) {
 }
 
 }  // namespace
-
-Result<Credentials> ParseCredentials(std::string_view status, std::string_view where) {
-  Credentials c;
-  bool uid = false, gid = false, bnd = false;
-  for (std::string_view rest = status; !rest.empty();) {
-    size_t end = rest.find('\n');
-    std::string_view line = rest.substr(0, end);
-    rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 1);
-    size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
-    std::string_view key = line.substr(0, colon), value = line.substr(colon + 1);
-    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-    auto number = [&](int base, uint64_t& out) {
-      auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), out, base);
-      return ec == std::errc() && p != value.data();
-    };
-    uint64_t v = 0;
-    if (key == "Uid" && number(10, v)) c.uid = static_cast<uid_t>(v), uid = true;
-    else if (key == "Gid" && number(10, v)) c.gid = static_cast<gid_t>(v), gid = true;
-    else if (key == "CapInh" && number(16, v)) c.cap_inheritable = v;
-    else if (key == "CapPrm" && number(16, v)) c.cap_permitted = v;
-    else if (key == "CapEff" && number(16, v)) c.cap_effective = v;
-    else if (key == "CapBnd" && number(16, v)) c.cap_bounding = v, bnd = true;
-    else if (key == "NoNewPrivs" && number(10, v)) c.no_new_privs = v != 0;
-  }
-  if (!uid || !gid || !bnd)
-    return Status::Error(Code::kInternal, "`{}` names no Uid, Gid and CapBnd", where);
-  return c;
-}
 
 Result<pid_t> SpawnInContainer(const ContainerCommand& c) {
   if (c.argv.empty()) return Status::Error(Code::kInvalidArgument, "no command to start in the container");
@@ -161,9 +132,7 @@ Result<pid_t> SpawnInContainer(const ContainerCommand& c) {
   UniqueFd out(::open((proc + "/fd/1").c_str(), O_WRONLY | O_CLOEXEC));
   UniqueFd err(::open((proc + "/fd/2").c_str(), O_WRONLY | O_CLOEXEC));
   UniqueFd null(::open("/dev/null", O_RDWR | O_CLOEXEC));
-  std::string status_path = proc + "/status";
-  GPUSNAP_ASSIGN_OR_RETURN(std::string status_text, ReadFile(status_path));
-  GPUSNAP_ASSIGN_OR_RETURN(Credentials cred, ParseCredentials(status_text, status_path));
+  GPUSNAP_ASSIGN_OR_RETURN(proc::Credentials cred, proc::ReadTaskCredentials(c.init, c.init));
   int last_cap = 40;
   if (auto text = ReadFile("/proc/sys/kernel/cap_last_cap"); text.ok()) last_cap = std::atoi(text->c_str());
   std::vector<char*> argv, envp;

@@ -12,26 +12,12 @@
 
 #include <sys/types.h>
 
-#include <cstdint>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "gpusnap/status.h"
 
 namespace gpusnap::ns {
-
-// What of a process's credentials a command started beside it takes.
-struct Credentials {
-  uid_t uid = 0;
-  gid_t gid = 0;
-  uint64_t cap_inheritable = 0, cap_permitted = 0, cap_effective = 0, cap_bounding = 0;
-  bool no_new_privs = false;
-};
-
-// Pure: the credentials of a /proc/<pid>/status text. kInternal naming
-// `where` when it lacks Uid, Gid or CapBnd.
-Result<Credentials> ParseCredentials(std::string_view status, std::string_view where);
 
 struct ContainerCommand {
   pid_t init = 0;                         // host pid of the container's init

@@ -115,16 +115,6 @@ void KillNamespace(int) {
   _exit(0);
 }
 
-bool WriteNsLastPid(const char* value) {
-  int fd = ::open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  bool ok = ::write(fd, value, std::strlen(value)) >= 0;
-  int err = errno;
-  ::close(fd);
-  errno = err;
-  return ok;
-}
-
 // Reaps until nothing is left. While `hold_fd` is open (hold mode), or
 // always with `stay_when_alone` (a placeholder), an empty namespace is
 // expected: CRIU has not restored the tree into it yet. In hold mode the
@@ -168,7 +158,6 @@ void ResetSignals() {
 int ReaperMain(int argc, char** argv) {
   int status_fd = -1, hold_fd = -1;
   const char* log_path = "/dev/null";
-  const char* ns_last_pid = nullptr;
   const char* preload = nullptr;
   int i = 0;
   for (; i < argc; ++i) {
@@ -176,7 +165,6 @@ int ReaperMain(int argc, char** argv) {
     if (a == "--status-fd" && i + 1 < argc) status_fd = std::atoi(argv[++i]);
     else if (a == "--hold-fd" && i + 1 < argc) hold_fd = std::atoi(argv[++i]);
     else if (a == "--log" && i + 1 < argc) log_path = argv[++i];
-    else if (a == "--ns-last-pid" && i + 1 < argc) ns_last_pid = argv[++i];
     else if (a == "--preload" && i + 1 < argc) preload = argv[++i];
     else if (a == "--") { ++i; break; }
   }
@@ -208,12 +196,6 @@ int ReaperMain(int argc, char** argv) {
     std::snprintf(line, sizeof line, "workload %d\n", w);
     Report(status_fd, line);
   } else {
-    // CRIU will enter this namespace to restore into it; its own process
-    // must not take the low pids the tree needs back (pid 2 first of all).
-    if (ns_last_pid != nullptr && !WriteNsLastPid(ns_last_pid)) {
-      ReportError(status_fd, "writing ns_last_pid", errno);
-      return 1;
-    }
     Report(status_fd, "ready\n");
   }
   if (status_fd >= 0) ::close(status_fd);
@@ -235,13 +217,6 @@ int PlaceholderMain(int argc, char** argv) {
   ResetSignals();
   ::signal(SIGTERM, KillNamespace);
   ::signal(SIGINT, KillNamespace);
-  // As in hold mode: CRIU enters later and must not take the pids it restores.
-  std::string last = std::to_string(HighNsLastPid());
-  if (!WriteNsLastPid(last.c_str()))
-    std::fprintf(stderr,
-                 "gpusnap __placeholder: warning: writing /proc/sys/kernel/ns_last_pid: %s; a restore into this "
-                 "container fails if CRIU's own pid is one the tree needs\n",
-                 std::strerror(errno));
   return Reap(-1, /*stay_when_alone=*/true);
 }
 
@@ -270,7 +245,6 @@ Result<SpawnedReaper> SpawnReaper(const ReaperSpec& spec) {
   std::vector<std::string> args{self, "__reaper", "--status-fd", std::to_string(status_wr.get())};
   if (hold_mode) {
     args.insert(args.end(), {"--hold-fd", std::to_string(hold_rd.get())});
-    if (spec.ns_last_pid > 0) args.insert(args.end(), {"--ns-last-pid", std::to_string(spec.ns_last_pid)});
   } else {
     if (!spec.preload.empty()) args.insert(args.end(), {"--preload", spec.preload});
     args.insert(args.end(), {"--log", spec.log_path, "--"});

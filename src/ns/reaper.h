@@ -35,7 +35,6 @@ namespace gpusnap::ns {
 struct ReaperSpec {
   std::vector<std::string> workload_argv;  // empty: hold mode
   std::string log_path;                    // REQUIRES (run): absolute; opened for append
-  int ns_last_pid = 0;                     // hold: the namespace's next pids start above this
   std::string preload;                     // run: a library put first in the workload's LD_PRELOAD
 };
 
@@ -61,13 +60,15 @@ int ReaperMain(int argc, char** argv);
 
 // `gpusnap __placeholder` (argv after it): a container's pid 1 that holds its
 // pid namespace for a later restore into it (restore's into_container). Hold
-// mode without a caller: it sets ns_last_pid high, reaps, stays when it has
-// no children, and on SIGTERM kills its namespace and exits 0. Refuses to run
-// unless it is pid 1 (exit 2).
+// mode without a caller: it reaps, stays when it has no children, and on
+// SIGTERM kills its namespace and exits 0. Refuses to run unless it is pid 1
+// (exit 2). It needs no privilege: the restore sets where the namespace's
+// next pids start (criu/swrk.h, SwrkLaunch::ns_last_pid).
 int PlaceholderMain(int argc, char** argv);
 
-// Where the next pids of a namespace that CRIU will restore into start: far
-// above the pids the tree needs back, so CRIU's own helpers take none of them.
+// Where the next pids of a namespace that CRIU restores into start (a
+// restore's SwrkLaunch::ns_last_pid): far above the pids the tree needs back,
+// so CRIU's own processes take none of them.
 int HighNsLastPid();
 
 }  // namespace gpusnap::ns

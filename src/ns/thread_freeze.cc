@@ -5,23 +5,11 @@
 #include <sys/wait.h>
 
 #include <algorithm>
-#include <filesystem>
+
+#include "proc/proc.h"
 
 namespace gpusnap::ns {
 
-namespace {
-
-std::vector<pid_t> Threads(pid_t pid) {
-  std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec))
-    out.push_back(std::atoi(e.path().filename().c_str()));
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// Waits for `tid` to reach a ptrace-stop. A thread in group-stop reports at
-// once; a running one after PTRACE_INTERRUPT.
 Status WaitStopped(pid_t tid) {
   int status = 0;
   for (;;) {
@@ -38,18 +26,16 @@ Status WaitStopped(pid_t tid) {
       }
       return Status::Ok();
     }
-    return Status::Error(Code::kNotFound, "thread {} exited while being frozen", tid);
+    return Status::Error(Code::kNotFound, "thread {} exited while being stopped", tid);
   }
 }
-
-}  // namespace
 
 Result<ThreadFreeze> ThreadFreeze::AllBut(pid_t pid, pid_t keep_tid) {
   ThreadFreeze f(pid);
   // Threads may be created while we seize; repeat until nothing new appears.
   for (bool grew = true; grew;) {
     grew = false;
-    for (pid_t tid : Threads(pid)) {
+    for (pid_t tid : proc::Threads(pid)) {
       if (tid == keep_tid || std::find(f.tids_.begin(), f.tids_.end(), tid) != f.tids_.end()) continue;
       if (::ptrace(PTRACE_SEIZE, tid, nullptr, nullptr) != 0) {
         if (errno == ESRCH) continue;  // exited meanwhile

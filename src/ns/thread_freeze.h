@@ -46,6 +46,12 @@ class ThreadFreeze {
   std::vector<pid_t> tids_;  // seized by us
 };
 
+// Waits for `tid`, which this thread has seized (PTRACE_SEIZE), to reach a
+// ptrace-stop: a thread in group-stop reports at once, a running one after
+// PTRACE_INTERRUPT. A signal that arrives meanwhile is kept pending for
+// later. kNotFound when the thread exits instead.
+Status WaitStopped(pid_t tid);
+
 // Sends SIGCONT to the process, so that a kept thread left in group-stop
 // (by CRIU's restore of a stopped task) runs while the frozen ones stay.
 Status Continue(pid_t pid);

@@ -69,6 +69,15 @@ std::vector<pid_t> Tree(pid_t pid) {
   return out;
 }
 
+std::vector<pid_t> Threads(pid_t pid) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(PidPath(pid, "task"), ec))
+    out.push_back(std::atoi(e.path().filename().c_str()));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 Result<std::vector<pid_t>> NsPids(pid_t pid) {
   auto text = ReadFile(PidPath(pid, "status"));
   if (!text.ok()) return Status::Error(Code::kNotFound, "no process with pid {}", pid);

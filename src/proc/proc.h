@@ -54,6 +54,8 @@ class HeldStopped {
 std::vector<pid_t> Children(pid_t pid);
 // `pid` and all its descendants, parents before children.
 std::vector<pid_t> Tree(pid_t pid);
+// The tids of every thread of `pid`, ascending; empty when it is gone.
+std::vector<pid_t> Threads(pid_t pid);
 
 // The pid in each nested pid namespace, outermost first (/proc/<pid>/status NSpid).
 Result<std::vector<pid_t>> NsPids(pid_t pid);

@@ -20,12 +20,15 @@
 //    instead, its tasks left stopped until they match. gpushare: preload
 //    device memory beside the steps that follow.
 // 2. Start a fresh pid + mount namespace held by a reaper; or, into a
-//    container, check that its init is an idle placeholder and use that.
-//    Undone by tearing down what was restored in it.
+//    container, check that its init is an idle placeholder and use that, and
+//    that the snapshot's threads hold no privilege its init does not (their
+//    credentials in the images against its own; privilege.h). Undone by
+//    tearing down what was restored in it.
 // 3. CRIU restores the tree inside it (pids as at dump: the namespace is new)
 //    once its listening ports are free, and, when its images hold deleted
 //    files, once it has its turn (restore_turn.h); GPU processes come back
-//    stopped, as they were dumped.
+//    stopped, as they were dumped. Into a container, the restored threads'
+//    credentials are checked again, as /proc shows them, before any runs.
 // 4. GPU processes: restore all (onto the mapped GPUs), unlock all only then,
 //    let their threads run (gpu/processes.h); gpushare: adopt the preloaded
 //    memory, load the rest, their work still held.
@@ -61,6 +64,7 @@
 #include "criu/lazy_pages_keeper.h"
 #include "criu/operation.h"
 #include "criu/options.h"
+#include "criu/task_credentials.h"
 #include "cuda/gpu_map.h"
 #include "gpu/processes.h"
 #include "gpusnap/operations.h"
@@ -69,12 +73,15 @@
 #include "host/huge_pages.h"
 #include "net/tcp_ports.h"
 #include "ns/reaper.h"
+#include "ns/seccomp_filters.h"
+#include "proc/credentials.h"
 #include "proc/proc.h"
 #include "registry/reference.h"
 #include "registry/staged_pull.h"
 #include "snapshot/gpu_steps.h"
 #include "snapshot/phases.h"
 #include "snapshot/placeholder.h"
+#include "snapshot/privilege.h"
 #include "snapshot/restore_turn.h"
 #include "snapshot/rootfs_restore.h"
 #include "store/layout.h"
@@ -144,6 +151,8 @@ struct RestoreRun {
   std::optional<GpuRestore> gpu;        // a GPU snapshot's plan, preload and chunk lock (not a standby's)
   ns::SpawnedReaper reaper;
   bool into_container = false;
+  std::string container_id;             // into a container: its full id
+  proc::Credentials placeholder;        // into a container: what its init holds, no restored thread more
   std::vector<control::ShimProcess> held_shims;  // gpushare: loaded, their work held until the tree goes
   std::optional<criu::LazyPagesServer> lazy;  // --lazy-pages: the daemon serving the tree's memory, under its keeper
   std::string name;                     // the workload's, claimed until it is recorded
@@ -248,17 +257,84 @@ Status EnterNamespace(const RestoreOptions& options, Phases& phases, RestoreRun&
   phases.Start("namespace");
   run.into_container = !options.into_container.empty();
   if (!run.into_container) {
-    GPUSNAP_ASSIGN_OR_RETURN(run.reaper, ns::SpawnReaper({.workload_argv = {}, .log_path = "",
-                                                          .ns_last_pid = ns::HighNsLastPid(), .preload = ""}));
+    GPUSNAP_ASSIGN_OR_RETURN(run.reaper, ns::SpawnReaper({.workload_argv = {}, .log_path = "", .preload = ""}));
   } else {
     GPUSNAP_ASSIGN_OR_RETURN(auto target, FindIdlePlaceholder(options.into_container));
     run.reaper.reaper_pid = target.init_pid;
+    run.container_id = std::move(target.container_id);
     run.join_cgroups = std::move(target.cgroup_procs);
   }
   undo.Push("tearing down the restored tree", [&run] { return run.TearDown(); });
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("namespace"));
   phases.Done();
   return Status::Ok();
+}
+
+// The source's log, a path on the node the snapshot names: for a tree in a
+// fresh namespace, where its restored output goes; never used for one in a
+// container, whose log the pod decides (nothing is ever written at a path a
+// snapshot names outside the container it is restored into).
+std::string SourceLog(const RestoreRun& run) { return run.into_container ? "" : run.meta().source.log; }
+
+// What a thread holds, as /proc shows it, and, where the placeholder's init
+// is filtered, the seccomp filters that bind it.
+Result<proc::Credentials> LiveCredentials(pid_t pid, pid_t tid, bool with_filters) {
+  GPUSNAP_ASSIGN_OR_RETURN(proc::Credentials creds, proc::ReadTaskCredentials(pid, tid));
+  if (with_filters && creds.seccomp_mode == proc::SeccompMode::kFilter) {
+    GPUSNAP_ASSIGN_OR_RETURN(creds.seccomp_filters, ns::ReadSeccompFilters(tid));
+  }
+  return creds;
+}
+
+// Step 2, into a container: the placeholder's init read, and every thread of
+// the snapshot held to it (privilege.h) before anything is prepared for CRIU.
+Status CheckSnapshotPrivilege(Phases& phases, RestoreRun& run) {
+  if (!run.into_container) return Status::Ok();
+  phases.Start("check-privilege");
+  pid_t init = run.reaper.reaper_pid;
+  auto placeholder = LiveCredentials(init, init, true);
+  if (!placeholder.ok())
+    return placeholder.status().Wrap(fmt::format("reading what placeholder container `{}` holds", run.container_id));
+  run.placeholder = std::move(*placeholder);
+  if (!SkipRequested("check-privilege")) {
+    std::string images = run.source->dir + "/" + SnapshotFiles::kCheckpointDir;
+    auto dumped = criu::ReadDumpedCredentials(images);
+    if (!dumped.ok()) return dumped.status().Wrap("refusing to restore");
+    std::vector<CheckedThread> threads;
+    for (auto& t : *dumped)
+      threads.push_back({.pid = t.pid, .tid = t.tid, .comm = std::move(t.comm), .creds = std::move(t.creds)});
+    GPUSNAP_RETURN_IF_ERROR(CheckWithinPlaceholder(
+        fmt::format("snapshot `{}` needs more privilege than placeholder container `{}` holds", run.meta().id,
+                    run.container_id),
+        "in the snapshot", threads, run.placeholder));
+  }
+  phases.Done();
+  return Status::Ok();
+}
+
+// After step 3, into a container, before any restored thread runs: what CRIU gave
+// each one, as /proc shows it, held to the placeholder's init again. A
+// difference fails the restore, and its undo ends the tree.
+Status CheckRestoredPrivilege(RestoreRun& run) {
+  if (!run.into_container) return Status::Ok();
+  bool filtered = run.placeholder.seccomp_mode == proc::SeccompMode::kFilter;
+  std::vector<CheckedThread> threads;
+  for (pid_t pid : proc::Tree(run.reaper.reaper_pid)) {
+    if (pid == run.reaper.reaper_pid) continue;
+    for (pid_t tid : proc::Threads(pid)) {
+      auto creds = LiveCredentials(pid, tid, filtered);
+      if (!creds.ok())
+        return creds.status().Wrap(fmt::format("{}: reading what restored pid {} holds", run.Failed(), pid));
+      auto comm = ReadFile(fmt::format("/proc/{}/task/{}/comm", pid, tid));
+      std::string name = comm.ok() ? *comm : "";
+      if (!name.empty() && name.back() == '\n') name.pop_back();
+      threads.push_back({.pid = pid, .tid = tid, .comm = std::move(name), .creds = std::move(*creds)});
+    }
+  }
+  return CheckWithinPlaceholder(fmt::format("{}: the tree CRIU restored holds more privilege than placeholder "
+                                            "container `{}`",
+                                            run.Failed(), run.container_id),
+                                "as restored", threads, run.placeholder);
 }
 
 // Step 3, before CRIU: the tree's listening ports free again here, its turn
@@ -298,7 +374,7 @@ Status PrepareCriu(const RestoreOptions& options, Phases& phases, RestoreRun& ru
                                                             .reaper_pid = run.reaper.reaper_pid,
                                                             .into_container = run.into_container,
                                                             .workload_name = run.name,
-                                                            .workload_log = meta.source.log,
+                                                            .workload_log = SourceLog(run),
                                                             .verbose = options.verbose}));
   undo.Push("stopping the lazy-pages server", [&run] { return run.lazy->Stop(); });
   PauseIfRequested("lazy-pages");
@@ -331,6 +407,7 @@ Status RunCriu(const RestoreOptions& options, Phases& phases, RestoreRun& run) {
                                            run.reaper.reaper_pid, std::chrono::seconds(options.timeout_s),
                                            run.criu_work_dir + "/" + log_name);
   op.join_cgroups = run.join_cgroups;
+  op.ns_last_pid = ns::HighNsLastPid();  // CRIU's own pids clear of the tree's
   if (run.turn.held()) op.inherit_fds.push_back(run.turn.fd());  // a CRIU outliving us keeps the turn
   op.on_notify = [&run](const std::string& script, int) {
     PauseIfRequested("criu-" + script);  // for the crash tests: a point inside CRIU's restore
@@ -425,7 +502,7 @@ Status Record(const RestoreOptions& options, Phases& phases, RestoreRun& run) {
   w.pid = host_pid;
   w.reaper_pid = run.reaper.reaper_pid;
   w.cmdline = meta.source.cmdline;
-  w.log = meta.source.log;
+  w.log = SourceLog(run);
   w.started = NowRfc3339();
   w.restored_from = meta.id;
   w.start_time = stat.start_time;
@@ -440,11 +517,14 @@ Status Record(const RestoreOptions& options, Phases& phases, RestoreRun& run) {
 Result<RestoreResult> TakeRestore(const RestoreOptions& options, Phases& phases, RestoreRun& run, UndoStack& undo) {
   // 1. Verify, and plan the GPUs.
   GPUSNAP_RETURN_IF_ERROR(Verify(options, phases, run));
-  // 2. The namespace.
+  // 2. The namespace, and into a container, the snapshot's privilege held to its init's.
   GPUSNAP_RETURN_IF_ERROR(EnterNamespace(options, phases, run, undo));
-  // 3. CRIU, once the ports, the turn, THP and a page server are ready.
+  GPUSNAP_RETURN_IF_ERROR(CheckSnapshotPrivilege(phases, run));
+  // 3. CRIU, once the ports, the turn, THP and a page server are ready; into
+  // a container, what it restored held to the placeholder's init again.
   GPUSNAP_RETURN_IF_ERROR(PrepareCriu(options, phases, run, undo));
   GPUSNAP_RETURN_IF_ERROR(RunCriu(options, phases, run));
+  GPUSNAP_RETURN_IF_ERROR(CheckRestoredPrivilege(run));
   // 4. GPU (a standby: at its wake, wake.cc).
   GPUSNAP_RETURN_IF_ERROR(RestoreGpu(options, phases, run));
   // 5. Record it: the point of no return.

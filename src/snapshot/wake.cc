@@ -9,7 +9,10 @@
 //    the device memory the wake needs fits each target GPU's free memory
 //    (gpushare: the manifests' allocations, summed per GPU; measured in each
 //    GPU's primary context). Nothing is verified again that the standby's
-//    restore verified: the wake must be fast.
+//    restore verified: the wake must be fast. Nor is privilege: a standby
+//    is only ever restored into a fresh namespace, never a placeholder's
+//    (whose privilege a restore holds its tree to: privilege.h), and a wake
+//    changes no credential of its tasks.
 // 2. GPU: restore's step 4 (gpu_steps.h): gpushare preloads beside the
 //    driver's restore of every process, the processes adopt it and load the
 //    rest, their work held.

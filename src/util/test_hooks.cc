@@ -25,4 +25,9 @@ Status InjectedFailure(std::string_view step) {
   return Status::Error(Code::kInternal, "injected failure at {}", step);
 }
 
+bool SkipRequested(std::string_view step) {
+  const char* want = std::getenv("GPUSNAP_TEST_SKIP_AT");
+  return want != nullptr && step == want;
+}
+
 }  // namespace gpusnap

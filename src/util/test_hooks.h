@@ -7,6 +7,9 @@
 //   on (for tests that interleave two gpusnap processes).
 // - GPUSNAP_TEST_FAIL_AT=<step>: the step fails as a real failure would, with
 //   kInternal "injected failure at <step>", and the story undoes what it did.
+// - GPUSNAP_TEST_SKIP_AT=<step>: a check at that step is not made, so that a
+//   test can show that the check after it catches what it would have (the
+//   restore's privilege check before CRIU, whose twin runs after CRIU).
 // - GPUSNAP_TEST_LAZY_PAGES_STOPPED=1: a `restore --lazy-pages` stops (SIGSTOP)
 //   its lazy-pages daemon once CRIU has restored the tree (at post-restore),
 //   before it copies any page in the background: the pages the tree has not
@@ -21,5 +24,6 @@ namespace gpusnap {
 
 void PauseIfRequested(std::string_view step);
 [[nodiscard]] Status InjectedFailure(std::string_view step);
+bool SkipRequested(std::string_view step);
 
 }  // namespace gpusnap

@@ -192,7 +192,7 @@ Result<Workload> RunWorkload(const RunOptions& options) {
   if (options.gpushare) {
     GPUSNAP_ASSIGN_OR_RETURN(preload, GpushareShimPath());
   }
-  GPUSNAP_ASSIGN_OR_RETURN(auto spawned, ns::SpawnReaper({options.argv, log, 0, preload}));
+  GPUSNAP_ASSIGN_OR_RETURN(auto spawned, ns::SpawnReaper({options.argv, log, preload}));
   Workload w;
   w.name = options.name;
   w.pid = spawned.workload_pid;

@@ -52,9 +52,12 @@ class RuncCase(base.AgentCase):
                         pass
         super().tearDown()
 
-    def start_container(self, args, pod=None, extra_binds=()):
+    def start_container(self, args, pod=None, extra_binds=(), process=None, seccomp=None):
         """Starts a container with a kubelet-style id; returns the id.
-        extra_binds: more host directories, bound read-only at the same paths."""
+        extra_binds: more host directories, bound read-only at the same paths.
+        process: keys of the OCI config's `process` that replace the defaults
+        (root, CAP_KILL and CAP_SYS_ADMIN, no_new_privs); seccomp: the
+        config's `linux.seccomp` (default: none)."""
         cid = uuid.uuid4().hex + uuid.uuid4().hex
         bundle = os.path.join(self.tmp, "bundle-" + cid[:8])
         rootfs = os.path.join(bundle, "rootfs")
@@ -86,6 +89,9 @@ class RuncCase(base.AgentCase):
                 "cgroupsPath": f"/{self.cgroup_top}/pod{self.pod_uid}/{cid}",
             },
         }
+        config["process"].update(process or {})
+        if seccomp:
+            config["linux"]["seccomp"] = seccomp
         with open(os.path.join(bundle, "config.json"), "w") as f:
             json.dump(config, f)
         # Pipes for the container's stdio, as a runtime's shim gives: files

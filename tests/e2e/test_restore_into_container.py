@@ -15,19 +15,23 @@ from test_agent_runc import RuncCase
 class PlaceholderCase(RuncCase):
     """Placeholder containers and the snapshots restored into them (no tests of its own)."""
 
-    def start_placeholder(self):
+    def start_placeholder(self, process=None, seccomp=None):
+        """A placeholder container (its credentials as start_container takes
+        them): its id and its init's host pid."""
         # The gpusnap binary is seen inside at its host path, as the CRIU bundle is.
         gpusnap = os.path.realpath(GPUSNAP)
-        cid = self.start_container([gpusnap, "__placeholder"], extra_binds=[os.path.dirname(gpusnap)])
+        cid = self.start_container([gpusnap, "__placeholder"], extra_binds=[os.path.dirname(gpusnap)],
+                                   process=process, seccomp=seccomp)
         init, status = self.container_init(cid)
         self.assertEqual(status, "running")
         return cid, init
 
-    def checkpoint_counter(self, agent, data=None):
+    def checkpoint_counter(self, agent, data=None, process=None, seccomp=None):
         """A counter in a runc container (keeping its files in `data`, by
-        default the test's data directory), checkpointed (and so ended): its
-        snapshot id and the count it had reached."""
-        source = self.start_container(self.counter_args(data))
+        default the test's data directory; its credentials as start_container
+        takes them), checkpointed (and so ended): its snapshot id and the
+        count it had reached."""
+        source = self.start_container(self.counter_args(data), process=process, seccomp=seccomp)
         pid = self.counter_in(source)
         before = self.count(pid)
         job = self.wait_job(agent, self.checkpoint_via(agent, {"container": source}))
