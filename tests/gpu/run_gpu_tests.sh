@@ -13,6 +13,8 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
+# shellcheck source=tests/gpu/lib.sh
+. "$here/lib.sh"
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || [ ! -e /dev/nvidia0 ]; then
   echo "SKIP: no NVIDIA GPU here (nvidia-smi or /dev/nvidia0 is missing)"
@@ -53,21 +55,6 @@ start() {
   pid=$!
   started+=("$pid")
 }
-# wait_for FILE REGEX [SECONDS]
-wait_for() {
-  local i
-  for ((i = 0; i < ${3:-60} * 10; i++)); do
-    grep -qE "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
-last_step() { grep -oE '^step [0-9]+' "$1" | tail -1 | cut -d' ' -f2; }
-# The steps printed are 1, 2, 3, ... without a gap or a repeat, and none failed.
-steps_contiguous() {
-  grep -q -e MISMATCH -e SIGSEGV -e 'CUDA error' "$1" && return 1
-  grep -oE '^step [0-9]+' "$1" | cut -d' ' -f2 | awk '$1 != NR { exit 1 }'
-}
 # running NAME STEP: NAME's output reaches step STEP.
 running() {
   wait_for "$OUT/$1.out" "^step $2 " 120 || { fail "$1 did not reach step $2: $(tail -3 "$OUT/$1.out")"; return 1; }
@@ -80,7 +67,6 @@ goes_on() {
 }
 # passed FAILURES_BEFORE
 passed() { [ "$failures" = "$1" ] && echo "PASS: $current"; }
-gpu_mem_of() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', ' -v p="$1" '$1 == p { print $2 }'; }
 gs() { echo "+ gpusnap $*" >&2; "$GPUSNAP" "$@"; }
 uuid_of_gpu() { nvidia-smi --query-gpu=index,uuid --format=csv,noheader | awk -F', ' -v i="$1" '$1 == i { print $2 }'; }
 
@@ -197,18 +183,7 @@ reapers=()  # namespaces this script started; stopped on exit
 # The suite's snapshots (tens of GiB a run) go with it: runs in a row on one
 # disk must not fill it. The workloads' output stays for reading.
 trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done; for r in "${reapers[@]}"; do kill "$r" 2>/dev/null; done; rm -rf "$GPUSNAP_STORE"' EXIT
-reaper_of() { ps -o ppid= -p "$1" | tr -d ' '; }
-# end_workload NAME: a test ends the workload it ran or restored (its whole
-# namespace), so that the next test meets a GPU as the suite found it.
-end_workload() {
-  local p
-  p=$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print(next((w["pid"] for w in json.load(sys.stdin) if w["name"] == sys.argv[1] and w["state"] != "exited"), ""))' "$1")
-  [ -n "$p" ] || return 0
-  "$GPUSNAP" kill "$1" >/dev/null || fail "gpusnap kill $1 failed"
-  local i
-  for ((i = 0; i < 100; i++)); do kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p")" != Z ] || return 0; sleep 0.1; done
-  fail "workload $1 (pid $p) still runs after gpusnap kill"
-}
+
 # run_ns NAME CMD...: `gpusnap run` with output in $OUT/NAME.out; sets $pid.
 run_ns() {
   local name=$1
@@ -276,7 +251,6 @@ test_restore_on_other_gpu() {
   moved_to_gpu1 moved_cr && passed "$1"
 }
 
-gpu_mem_mib_of() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits | awk -F', ' -v p="$1" '$1 == p { print $2 }'; }
 
 # gpushare (e), the shim's part on a real driver: gpu_counter (cudart, static:
 # it reaches the driver through dlsym and cuGetProcAddress) started with the
@@ -538,40 +512,8 @@ PY
   passed "$1"
 }
 
-# What the machine holds before the suite: after it, nothing more may be left
-# (processes, GPU memory, files in /dev/shm, running workload records, mounts).
-gpu_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader | sort -n | paste -sd' '; }
-gpu_used_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | awk '{ s += $1 } END { print s }'; }
-mount_points() { awk '{ print $5 }' /proc/self/mountinfo | sort; }
-shm_before=$(ls -A /dev/shm | sort)
-mounts_before=$(mount_points)
-gpu_pids_before=$(gpu_pids)
-gpu_used_before=$(gpu_used_mib)
-host_used_before=$(free -m | awk '/^Mem:/ { print $3 }')
-disk_free() { df -Pm "$1" | awk 'NR == 2 { print $4 }'; }
-disk_free_before=$(disk_free "$OUT")
-left_behind() {
-  current="nothing left behind"
-  local before=$failures p i
-  for p in "${started[@]}" "${reapers[@]}"; do
-    [ -n "$p" ] && kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p" | cut -c1)" != Z ] &&
-      fail "pid $p ($(ps -o args= -p "$p" | cut -c1-80)) still runs"
-  done
-  local running
-  running=$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print(" ".join(w["name"] + "(" + w["state"] + ")" for w in json.load(sys.stdin) if w["state"] != "exited"))')
-  [ -z "$running" ] || fail "workload records still running or standby: $running"
-  for ((i = 0; i < 100; i++)); do [ "$(gpu_pids)" = "$gpu_pids_before" ] && break; sleep 0.1; done
-  [ "$(gpu_pids)" = "$gpu_pids_before" ] || fail "GPU processes left: $(gpu_pids) (before: ${gpu_pids_before:-none})"
-  local shm_new
-  shm_new=$(comm -13 <(echo "$shm_before") <(ls -A /dev/shm | sort) | paste -sd' ')
-  [ -z "$shm_new" ] || fail "files left in /dev/shm: $shm_new"
-  local mounts_new
-  mounts_new=$(comm -13 <(echo "$mounts_before") <(mount_points) | paste -sd' ')
-  [ -z "$mounts_new" ] || fail "mounts left: $mounts_new"
-  echo "INFO: GPU memory used ${gpu_used_before} MiB before the suite, $(gpu_used_mib) MiB after; host memory used ${host_used_before} MiB before, $(free -m | awk '/^Mem:/ { print $3 }') MiB after; $(disk_free "$OUT") MiB free on the output's disk, ${disk_free_before} MiB before (the suite's store, $(du -sm "$GPUSNAP_STORE" 2>/dev/null | cut -f1) MiB, is removed on exit)"
-  passed "$before"
-}
 
+note_machine_state
 echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
@@ -584,6 +526,9 @@ for t in ${GPU_TESTS:-$tests}; do
 done
 probe_pinned_reader_running 0
 probe_pinned_reader_running 1
-left_behind
+current="nothing left behind"
+before_leaks=$failures
+left_behind "${started[@]}" "${reapers[@]}"
+passed "$before_leaks"
 echo "$failures failure(s)"
 [ "$failures" = 0 ]
