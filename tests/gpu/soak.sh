@@ -54,13 +54,22 @@ run_wl() {
   local name=$1
   shift
   rm -f "$OUT/$name.out"  # a cycle's steps start at 1 again
-  pid=$(gs run "$@" --name "$name" --log "$OUT/$name.out") || { fail "run failed"; return 1; }
+  pid=$(gs run --name "$name" --log "$OUT/$name.out" "$@") || { fail "run failed"; return 1; }
 }
 steps_go_on() {  # NAME: reaches 3 steps past the last, unbroken
   local f="$OUT/$1.out" from
   from=$(last_step "$f")
   wait_for "$f" "^step $((${from:-0} + 3)) " 60 || { fail "$1: no progress: $(tail -2 "$f")"; return 1; }
   steps_contiguous "$f" || { fail "$1: the sequence broke: $(grep -m2 -e MISMATCH -e SIGSEGV -e error "$f")"; return 1; }
+}
+steps_go_on_after_restore() {  # NAME: a log that starts mid-sequence: 3 steps, each one more than the last
+  local f="$OUT/$1.out"
+  wait_for "$f" '^step [0-9]+ ' 60 || { fail "$1: no step after the restore"; return 1; }
+  local from; from=$(grep -m1 -oE '^step [0-9]+' "$f" | cut -d' ' -f2)
+  wait_for "$f" "^step $((from + 3)) " 60 || { fail "$1: no progress after the restore: $(tail -2 "$f")"; return 1; }
+  grep -q -e MISMATCH -e SIGSEGV -e 'CUDA error' "$f" && { fail "$1: $(grep -m1 -e MISMATCH -e SIGSEGV -e 'CUDA error' "$f")"; return 1; }
+  grep -oE '^step [0-9]+' "$f" | cut -d' ' -f2 | awk -v s="$from" '$1 != s + NR - 1 { exit 1 }' ||
+    { fail "$1: the sequence broke after the restore"; return 1; }
 }
 snapshot_of() { gs checkpoint -q "$@" || { fail "checkpoint $* failed"; return 1; }; }
 restore_as() {  # SNAPSHOT [FLAGS]: sets $pid
@@ -89,7 +98,10 @@ cycle_counter_gpushare() {  # run --gpushare, suspend/resume, checkpoint --leave
   local snap; snap=$(snapshot_of cg --leave-running) || return
   steps_go_on cg || return
   end_workload cg
-  restore_as "$snap" && steps_go_on cg
+  # The restored process goes on from the checkpoint: it prints again the
+  # steps the source printed after it, into a log of its own.
+  mv "$OUT/cg.out" "$OUT/cg.source.out" && : >"$OUT/cg.out"
+  restore_as "$snap" && steps_go_on_after_restore cg
   end_workload cg; forget "$snap"
 }
 cycle_pinned_standby() {  # run, checkpoint, restore --standby, wake, kill
