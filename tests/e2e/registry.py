@@ -11,6 +11,9 @@ file. Three modes:
     reg = Registry(tmpdir, "tls-token")
     reg.start()                 # waits until /v2/ answers
     reg.host, reg.url, reg.username, reg.password, reg.cert_dir
+    Registry(tmpdir, "tls-basic", users=("team-a", "team-b")).passwords["team-a"]
+    reg.requests()              # [{"user", "method", "uri", "status"}] of its log, authenticated
+    reg.served()                # [(method, uri, status)] of every request, refused ones too
     reg.stop(); reg.start()     # same port, same storage
     reg.close()                 # stops the registry and the token server
 
@@ -319,11 +322,12 @@ class Registry:
     Exposes host, url, storage_dir, log, mode; the TLS modes also ca_file,
     cert_dir, username, password; tls-token also reader_username,
     reader_password (pull only), token_server (a TokenServer) and
-    token_url."""
+    token_url. tls-basic takes more `users` (names), each with a password of
+    its own in `passwords` (the first user's there too)."""
 
     READY_TIMEOUT = 20.0
 
-    def __init__(self, workdir, mode="plain"):
+    def __init__(self, workdir, mode="plain", users=()):
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: not one of {', '.join(MODES)}")
         self.mode = mode
@@ -337,12 +341,15 @@ class Registry:
         self.reader_username = self.reader_password = None
         self.token_server = self.token_url = None
         os.makedirs(self.storage_dir, exist_ok=True)
+        if users and mode != "tls-basic":
+            raise ValueError(f"users are for mode tls-basic, not {mode!r}")
+        self.passwords = {}
         self._auth = None
         self._tls = None
         if mode != "plain":
             self._set_up_tls()
         if mode == "tls-basic":
-            self._set_up_htpasswd()
+            self._set_up_htpasswd(users)
         elif mode == "tls-token":
             self._set_up_token_server()
         self._started_once = self._closed = False
@@ -363,11 +370,14 @@ class Registry:
         self._tls = {"certificate": self.server_cert, "key": self.server_key}
         self.username, self.password = "gpusnap-test", secrets.token_urlsafe(12)
 
-    def _set_up_htpasswd(self):
+    def _set_up_htpasswd(self, users):
         path = os.path.join(self.workdir, "htpasswd")
-        line = _run(["htpasswd", "-Bbn", self.username, self.password]).decode().strip()
+        self.passwords = {self.username: self.password}
+        for user in users:
+            self.passwords[user] = secrets.token_urlsafe(12)
         with open(path, "w") as f:
-            f.write(line + "\n")
+            for user, password in self.passwords.items():
+                f.write(_run(["htpasswd", "-Bbn", user, password]).decode().strip() + "\n")
         self._auth = {"htpasswd": {"realm": "gpusnap-test-registry", "path": path}}
 
     def _set_up_token_server(self):
@@ -403,6 +413,39 @@ class Registry:
         # JSON is YAML: docker-registry reads this as its config.yml.
         with open(self.config, "w") as f:
             json.dump(config, f, indent=2)
+
+    # --- what it served ----------------------------------------------------------
+
+    _FIELD = re.compile(r'([\w.]+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+    def requests(self):
+        """Every request the registry answered, from its log's "response
+        completed" lines: {"user" (the authenticated user, "" for none),
+        "method", "uri", "status"}, oldest first."""
+        out = []
+        try:
+            with open(self.log, errors="replace") as f:
+                lines = f.readlines()
+        except OSError:
+            return out
+        for line in lines:
+            if 'msg="response completed' not in line:
+                continue
+            fields = {k: v[1:-1] if v.startswith('"') else v for k, v in self._FIELD.findall(line)}
+            out.append({"user": fields.get("auth.user.name", ""), "method": fields.get("http.request.method", ""),
+                        "uri": fields.get("http.request.uri", ""), "status": int(fields.get("http.response.status", 0))})
+        return out
+
+    _ACCESS = re.compile(r'^\S+ - \S+ \[[^]]*\] "(\S+) (\S+) [^"]*" (\d{3}) ')
+
+    def served(self):
+        """Every request the registry got, answered or refused (401 too),
+        from its access log: [(method, uri, status)], oldest first."""
+        try:
+            with open(self.log, errors="replace") as f:
+                return [(m[1], m[2], int(m[3])) for m in map(self._ACCESS.match, f) if m]
+        except OSError:
+            return []
 
     # --- addresses ------------------------------------------------------------
 

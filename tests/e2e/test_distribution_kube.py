@@ -2,13 +2,17 @@
 Kubernetes test bed (tests/k8s/apiserver.py): two nodes on this machine, each
 with its agent in the Kubernetes mode (its own store, run directory and
 socket), the real `gpusnap webhook` called by the test bed, one registry
-over HTTPS with basic auth (tests/e2e/registry.py), and its credentials in a
-kubernetes.io/dockerconfigjson Secret that the agents read through the API
-server. The containers are real runc containers, the pods are the test
-bed's: the test plays the scheduler and the kubelet.
+over HTTPS with basic auth (tests/e2e/registry.py). The pods' namespace has
+opted in with its registry user's credentials in its Secret gpusnap, and
+the tenancy configuration (--tenancy) gives it its repository; the agents'
+own credentials, another user's, are in a kubernetes.io/dockerconfigjson
+Secret of gpusnap-system. Both are read through the API server. The
+containers are real runc containers, the pods are the test bed's: the test
+plays the scheduler and the kubelet.
 
 - a pod on node A whose annotation gpusnap.io/push-to names a reference is
-  checkpointed by node A's agent, which pushes the snapshot there;
+  checkpointed by node A's agent, which pushes the snapshot there with the
+  namespace's credentials (the registry's log names the user);
 - a pod created with gpusnap.io/restore-from: <that reference> becomes a
   placeholder (the webhook lets the reference through, and mounts no
   snapshot: there is none on the node yet); bound to node B and running,
@@ -17,7 +21,8 @@ bed's: the test plays the scheduler and the kubelet.
   pod shows the pull and the restore going on together (the agent held once
   the snapshot's files are in, by GPUSNAP_TEST_PAUSE_AT=restore-pull-files:
   gpusnap.io/restore-progress), then the result, and its Event names the
-  reference and the digest;
+  reference and the digest; the pull too carries the namespace's
+  credentials, never the agents';
 - the Secret's credentials land in a 0600 file of the agent's run directory
   and never in its log; a missing Secret, or one of another type, refuses
   the agent's start."""
@@ -112,12 +117,17 @@ class TwoKubeNodes(PlaceholderCase):
         self.a, self.b = Node(self, "node-a"), Node(self, "node-b")
         for node in (self.a, self.b):
             self.api.add_node(node.name)
-        self.registry = Registry(os.path.join(self.tmp, "registry"), "tls-basic")
+        self.registry = Registry(os.path.join(self.tmp, "registry"), "tls-basic", users=(NAMESPACE,))
         self.registry.start()
         self.addCleanup(self.registry.close)
-        self.docker_config = json.dumps({"auths": {self.registry.host: {"auth": base64.b64encode(
-            f"{self.registry.username}:{self.registry.password}".encode()).decode()}}})
+        self.docker_config = self.credentials(self.registry.username)
         self.api.create("secrets", self.secret(SECRET, self.docker_config), SYSTEM)
+        # The namespace opts in with its own user's credentials; the
+        # administrator gives it its repository.
+        self.api.create("secrets", self.secret("gpusnap", self.credentials(NAMESPACE)), NAMESPACE)
+        self.tenancy = os.path.join(self.tmp, "tenancy.json")
+        with open(self.tenancy, "w") as f:
+            json.dump({"namespaces": {NAMESPACE: {"repositories": [f"{self.registry.host}/{NAMESPACE}"]}}}, f)
         self.webhook = Webhook(self, self.api)
         self.addCleanup(self.webhook.stop)
         self.resume_files = []
@@ -128,6 +138,10 @@ class TwoKubeNodes(PlaceholderCase):
         stop_nodes(self, (self.a, self.b))
         super().tearDown()
 
+    def credentials(self, user):
+        return json.dumps({"auths": {self.registry.host: {"auth": base64.b64encode(
+            f"{user}:{self.registry.passwords[user]}".encode()).decode()}}})
+
     @staticmethod
     def secret(name, config, kind="kubernetes.io/dockerconfigjson"):
         return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": kind,
@@ -136,7 +150,7 @@ class TwoKubeNodes(PlaceholderCase):
     def agent_flags(self, node, secret=SECRET):
         return ["--kube", "--node-name", node.name, "--kubeconfig", self.api.kubeconfig,
                 "--kubelet-log-dir", self.kubelet_logs, "--registry-secret", f"{SYSTEM}/{secret}",
-                "--ca-file", self.registry.ca_file]
+                "--ca-file", self.registry.ca_file, "--tenancy", self.tenancy]
 
     def start_kube_agent(self, node, env=None):
         agent = node.start_agent(*self.agent_flags(node), env=env)
@@ -189,6 +203,8 @@ class PlaceholderFromAReference(TwoKubeNodes):
         self.assertEqual((captured["push"]["reference"], captured["push"]["done"]), (ref, True), captured["push"])
         digest = captured["push"]["digest"]
         self.assertTrue(self.wait_gone(pid))
+        pushed = self.registry.requests()
+        self.assertEqual({r["user"] for r in pushed}, {NAMESPACE}, pushed)  # the namespace's, not the agent's
 
         # Node B: a pod that restores from the reference, made a placeholder by the webhook.
         placeholder, init = self.start_placeholder()
@@ -202,7 +218,8 @@ class PlaceholderFromAReference(TwoKubeNodes):
                          {"container": "server", "gpus": 1, "snapshot": ref})
         container = pod["spec"]["containers"][0]
         self.assertEqual(container["command"][1:], ["__placeholder"])
-        self.assertNotIn("/gpusnap-snapshot", [m["mountPath"] for m in container.get("volumeMounts", [])])
+        self.assertEqual([v["hostPath"]["path"] for v in pod["spec"]["volumes"] if "hostPath" in v],
+                         ["/var/lib/gpusnap/bundle"])  # nothing of the store
         self.assertEqual(self.b.snapshot_ids(), [])  # nothing of it on node B yet
 
         self.api.run_pod(NAMESPACE, "counter-restored", self.b.name,
@@ -224,6 +241,9 @@ class PlaceholderFromAReference(TwoKubeNodes):
         self.assertEqual(a[STATUS], "restored", f"{a}\n{agent_b.log()}")
         self.assertNotIn(PROGRESS, a)  # the result took its place
 
+        pulled = self.registry.requests()[len(pushed):]
+        self.assertTrue(pulled)
+        self.assertEqual({r["user"] for r in pulled}, {NAMESPACE}, pulled)
         status, job = agent_b.request("GET", f"/v1/jobs/{a['gpusnap.io/restore-job']}")
         self.assertEqual((status, job["state"]), (200, "succeeded"), job)
         self.assertEqual((job["pull"]["reference"], job["pull"]["digest"]), (ref, digest))

@@ -23,11 +23,12 @@ class PlaceholderCase(RuncCase):
         self.assertEqual(status, "running")
         return cid, init
 
-    def checkpoint_counter(self, agent, data=None):
+    def checkpoint_counter(self, agent, data=None, pod=None):
         """A counter in a runc container (keeping its files in `data`, by
-        default the test's data directory), checkpointed (and so ended): its
-        snapshot id and the count it had reached."""
-        source = self.start_container(self.counter_args(data))
+        default the test's data directory; the container of `pod`, (namespace,
+        name, container), as the kubelet's log link says), checkpointed (and
+        so ended): its snapshot id and the count it had reached."""
+        source = self.start_container(self.counter_args(data), pod=pod)
         pid = self.counter_in(source)
         before = self.count(pid)
         job = self.wait_job(agent, self.checkpoint_via(agent, {"container": source}))
