@@ -2,7 +2,8 @@
 Kubernetes path, each refused, on the test bed API server
 (tests/k8s/apiserver.py) with the agent in its Kubernetes mode, real runc
 containers, real CRIU, and a real registry (tests/e2e/registry.py, HTTPS with
-basic auth) with one user per namespace and one of the agent's own.
+bearer tokens) whose token server has one user per namespace and one of the
+agent's own, and logs which user asked for access to which repository.
 
 - a snapshot records the namespace and pod it was taken from, under its
   metadata digest;
@@ -19,8 +20,8 @@ basic auth) with one user per namespace and one of the agent's own.
 - a namespace without its Secret gpusnap has not opted in: its placeholders
   and its pods' checkpoints are refused before anything is pulled or dumped;
 - each namespace's pulls and pushes carry its own Secret's credentials (the
-  registry's log names the user of every request), never the agent's own
-  unless the configuration lends them (agentCredentials).
+  token server's log names the user behind every token), never the agent's
+  own unless the configuration lends them (agentCredentials).
 
 The Secrets are made with the kubectl commands docs/KUBERNETES.md shows."""
 import base64
@@ -56,7 +57,7 @@ class TenancyCase(PlaceholderCase):
         self.api.add_node(NODE)
         for ns in ("team-a", "team-b", "team-c"):
             self.api.ensure_namespace(ns)
-        self.registry = Registry(os.path.join(self.tmp, "registry"), "tls-basic", users=("team-a", "team-b"))
+        self.registry = Registry(os.path.join(self.tmp, "registry"), "tls-token", users=("team-a", "team-b"))
         self.registry.start()
         self.addCleanup(self.registry.close)
         for ns in ("team-a", "team-b"):
@@ -174,8 +175,14 @@ class TenancyCase(PlaceholderCase):
         with open(os.path.join(self.store, "snapshots", snapshot, "gpusnap.json")) as f:
             return json.load(f)
 
-    def registry_requests(self, after=0):
-        return self.registry.requests()[after:]
+    def tokens(self, after=0):
+        """The token server's log from entry `after` on: {"user" (None for
+        none), "scopes", "status"}."""
+        return self.registry.token_server.requests()[after:]
+
+    def served(self):
+        """What the registry was asked by others than this test's harness, refused requests too."""
+        return [r for r in self.registry.served() if not r["agent"].startswith("Python-urllib")]
 
 
 class Ownership(TenancyCase):
@@ -246,13 +253,13 @@ class Registries(TenancyCase):
         self.wait_count(pid, self.count(pid) + 3)
         self.assertFalse(os.path.isdir(os.path.join(self.store, "snapshots")) and
                          [n for n in os.listdir(os.path.join(self.store, "snapshots")) if not n.startswith(".")])
-        self.assertEqual([r for r in self.registry.served() if "/team-a/" in r[1]], [])
+        self.assertEqual((self.served(), self.tokens()), ([], []))
 
         init = self.placeholder("team-b", "puller", stolen)
         self.assert_refused_and_idle(agent, "team-b", "puller", init,
                                      f"gpusnap.io/restore-from `{stolen}` refused",
                                      "namespace `team-b` may not use repository")
-        self.assertEqual([r for r in self.registry.served() if "/team-a/" in r[1]], [])
+        self.assertEqual((self.served(), self.tokens()), ([], []))
 
     def test_each_namespace_pulls_and_pushes_with_its_own_credentials(self):
         shared = self.repository("shared")
@@ -262,9 +269,9 @@ class Registries(TenancyCase):
         self.source_pod("team-a", "counter-0", {"gpusnap.io/push-to": ref})
         job = self.capture(agent, "team-a", "counter-0")
         self.assertEqual((job["push"]["reference"], job["push"]["done"]), (ref, True), job["push"])
-        pushed = self.registry_requests()
+        pushed = self.tokens()
         self.assertTrue(pushed)
-        self.assertEqual({r["user"] for r in pushed}, {"team-a"}, pushed)
+        self.assertEqual({(r["user"], r["status"]) for r in pushed}, {("team-a", 200)}, pushed)
         # Off the node: team-b's restore must pull it.
         status, _ = agent.request("DELETE", f"/v1/snapshots/{job['snapshot']}")
         self.assertEqual(status, 200)
@@ -274,17 +281,17 @@ class Registries(TenancyCase):
         init = self.placeholder("team-b", "thief", ref)
         self.assert_refused_and_idle(agent, "team-b", "thief", init, f"may not restore snapshot `{job['snapshot']}`",
                                      "belongs to namespace `team-a`", "namespace `team-b`")
-        pulled = self.registry_requests(len(pushed))
+        pulled = self.tokens(len(pushed))
         self.assertTrue(pulled)
-        self.assertEqual({r["user"] for r in pulled}, {"team-b"}, pulled)
+        self.assertEqual({(r["user"], r["status"]) for r in pulled}, {("team-b", 200)}, pulled)
         self.assertEqual(self.snapshot_ids(), [])  # a refused pull joins no store
 
         self.set_tenancy({"team-a": {"repositories": [shared]},
                           "team-b": {"repositories": [shared], "restoreFrom": ["team-a"]}})
         self.retry("team-b", "thief")
         self.assert_restored(agent, "team-b", "thief", init)
-        after = self.registry_requests(len(pushed))
-        self.assertEqual({r["user"] for r in after}, {"team-b"}, after)
+        after = self.tokens(len(pushed))
+        self.assertEqual({(r["user"], r["status"]) for r in after}, {("team-b", 200)}, after)
         # The namespaces' credentials in files of the agent's run directory, for root only, and never in its log.
         path = os.path.join(self.run_dir, "agent", "namespaces", "team-b.json")
         self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
@@ -302,15 +309,16 @@ class Registries(TenancyCase):
         ref = self.repository("team-b/nothing:v1")
         init = self.placeholder("team-b", "anonymous", ref)
         a = self.assert_refused_and_idle(agent, "team-b", "anonymous", init, ref)
-        self.assertEqual(self.registry_requests(), [], a)  # no request carried a user: not the agent's
-        self.assertTrue(self.registry.served())
+        anonymous = self.tokens()
+        self.assertTrue(anonymous, a)
+        self.assertEqual({(r["user"], r["status"]) for r in anonymous}, {(None, 401)}, anonymous)
 
         self.set_tenancy({"team-b": {"repositories": [self.repository("team-b")], "agentCredentials": True}})
         self.retry("team-b", "anonymous")
         self.wait_status(agent, "team-b", "anonymous")  # failed again: the registry has no such snapshot
-        lent = self.registry_requests()
+        lent = self.tokens(len(anonymous))
         self.assertTrue(lent)
-        self.assertEqual({r["user"] for r in lent}, {self.registry.username}, lent)
+        self.assertEqual({(r["user"], r["status"]) for r in lent}, {(self.registry.username, 200)}, lent)
 
     def snapshot_ids(self):
         d = os.path.join(self.store, "snapshots")
@@ -325,7 +333,7 @@ class OptIn(TenancyCase):
         init = self.placeholder("team-c", "restored", ref)
         self.assert_refused_and_idle(agent, "team-c", "restored", init,
                                      "namespace `team-c` has not opted in to gpusnap: it has no Secret `gpusnap`")
-        self.assertEqual(self.registry.served(), [])
+        self.assertEqual((self.served(), self.tokens()), ([], []))
 
         cid, pid = self.source_pod("team-c", "counter-0")
         for target in ({"pod": {"namespace": "team-c", "name": "counter-0", "container": "server"}},
