@@ -350,5 +350,29 @@ class OptIn(TenancyCase):
         self.assertEqual(self.meta(job["snapshot"])["owner"], {"namespace": "team-c", "pod": "counter-0"})
 
 
+class TheAdministratorsFile(TenancyCase):
+    def test_a_bad_file_refuses_the_start_and_one_gone_bad_refuses_what_needs_it(self):
+        self.set_tenancy({"team-a": {"restoreFrom": ["Team_B"]}})
+        p = self.gs("agent", "--socket", os.path.join(self.tmp, "bad.sock"), "--kube", "--node-name", NODE,
+                    "--kubeconfig", self.api.kubeconfig, "--tenancy", self.tenancy_file, check=False, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(f"tenancy configuration `{self.tenancy_file}`: `namespaces.team-a.restoreFrom[0]` is "
+                      "\"Team_B\", not a namespace name or \"*\"", p.stderr)
+        p = self.gs("agent", "--socket", os.path.join(self.tmp, "nokube.sock"), "--tenancy", self.tenancy_file,
+                    check=False, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("--tenancy is for --kube", p.stderr)
+
+        # Good at the start, bad later: what needs it is refused (fail closed), and the log says why once.
+        self.set_tenancy({})
+        agent = self.start_kube_agent()
+        with open(self.tenancy_file, "w") as f:
+            f.write('{"namespaces": {"team-a": {"restoreUnowned": "yes"}}}')
+        init = self.placeholder("team-a", "while-bad", "some-snapshot")
+        self.assert_refused_and_idle(agent, "team-a", "while-bad", init,
+                                     "`namespaces.team-a.restoreUnowned` is \"yes\", not true or false")
+        self.assertEqual(agent.log().count("what needs it is refused until it is fixed"), 1, agent.log())
+
+
 if __name__ == "__main__":
     unittest.main()

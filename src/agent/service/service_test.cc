@@ -138,6 +138,11 @@ class AgentServiceTest : public ::testing::Test {
     auto* refused = std::get_if<Refused>(&started);
     return refused ? refused->error : kNone;
   }
+  // `started` was refused by a rule (403), saying exactly `message`.
+  static void ExpectForbidden(const std::variant<Accepted, Refused>& started, const std::string& message) {
+    EXPECT_EQ(RefusalOf(started).http_status, 403) << RefusalOf(started).message;
+    EXPECT_EQ(RefusalOf(started).message, message);
+  }
 
   std::string root_;
   std::string log_;
@@ -519,12 +524,10 @@ TEST_F(AgentServiceTest, APodRestoresItsOwnNamespacesSnapshotsAndOthersOnlyAsAll
   Publish("of-shared", SnapshotOwner{"shared", "llama-0"});
   Publish("of-nobody");
 
-  auto refused = (*service)->StartRestore(RestoreOf("of-a"), kPodOfB);
-  EXPECT_EQ(RefusalOf(refused).http_status, 403);
-  EXPECT_EQ(RefusalOf(refused).message,
-            "pod team-b/vllm-restored may not restore snapshot `of-a`: the snapshot belongs to namespace `team-a`, and "
-            "the administrator's tenancy configuration does not let namespace `team-b` restore its snapshots "
-            "(restoreFrom)");
+  ExpectForbidden((*service)->StartRestore(RestoreOf("of-a"), kPodOfB),
+                  "pod team-b/vllm-restored may not restore snapshot `of-a`: the snapshot belongs to namespace "
+                  "`team-a`, and the administrator's tenancy configuration does not let namespace `team-b` restore "
+                  "its snapshots (restoreFrom)");
   auto unowned = (*service)->StartRestore(RestoreOf("of-nobody"), kPodOfB);
   EXPECT_EQ(RefusalOf(unowned).http_status, 403);
   EXPECT_NE(RefusalOf(unowned).message.find("belongs to no namespace"), std::string::npos) << RefusalOf(unowned).message;
@@ -571,11 +574,9 @@ TEST_F(AgentServiceTest, ANamespaceThatHasNotOptedInIsRefusedBeforeAnything) {
   auto service = Service::Open(options_);
   ASSERT_TRUE(service.ok()) << service.status().ToString();
   Publish("of-b", SnapshotOwner{"team-b", "vllm-0"});
-  for (const char* from : {"of-b", "127.0.0.1:5000/team-b/vllm:warm"}) {
-    auto refused = (*service)->StartRestore(RestoreOf(from), kPodOfB);
-    EXPECT_EQ(RefusalOf(refused).http_status, 403) << from;
-    EXPECT_EQ(RefusalOf(refused).message, "pod team-b/vllm-restored: namespace `team-b` has not opted in to gpusnap");
-  }
+  for (const char* from : {"of-b", "127.0.0.1:5000/team-b/vllm:warm"})
+    ExpectForbidden((*service)->StartRestore(RestoreOf(from), kPodOfB),
+                    "pod team-b/vllm-restored: namespace `team-b` has not opted in to gpusnap");
   EXPECT_EQ(restores, 0);
 }
 
@@ -600,12 +601,10 @@ TEST_F(AgentServiceTest, APodPullsOnlyFromItsRepositoriesWithItsOwnCredentials) 
   auto service = Service::Open(options_);
   ASSERT_TRUE(service.ok()) << service.status().ToString();
 
-  auto elsewhere = (*service)->StartRestore(RestoreOf("127.0.0.1:5000/team-a/vllm:warm"), kPodOfB);
-  EXPECT_EQ(RefusalOf(elsewhere).http_status, 403);
-  EXPECT_EQ(RefusalOf(elsewhere).message,
-            "pod team-b/vllm-restored: gpusnap.io/restore-from `127.0.0.1:5000/team-a/vllm:warm` refused: namespace "
-            "`team-b` may not use repository `127.0.0.1:5000/team-a/vllm`: the administrator's tenancy configuration gives "
-            "it 127.0.0.1:5000/team-b");
+  ExpectForbidden((*service)->StartRestore(RestoreOf("127.0.0.1:5000/team-a/vllm:warm"), kPodOfB),
+                  "pod team-b/vllm-restored: gpusnap.io/restore-from `127.0.0.1:5000/team-a/vllm:warm` refused: "
+                  "namespace `team-b` may not use repository `127.0.0.1:5000/team-a/vllm`: the administrator's "
+                  "tenancy configuration gives it 127.0.0.1:5000/team-b");
   EXPECT_TRUE(seen.empty());
 
   Job own = Finished(**service, (*service)->StartRestore(RestoreOf("127.0.0.1:5000/team-b/vllm:warm"), kPodOfB));
