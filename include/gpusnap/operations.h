@@ -48,6 +48,10 @@ struct CheckpointOptions {
   std::vector<std::string> caches;   // rootfs: container paths of cache directories, one archive each
   std::vector<std::string> exclude;  // rootfs: patterns the capture leaves out besides the defaults
   std::string image;                 // rootfs: the container's image; default: its OCI bundle's annotation
+  // The namespace and pod the tree belongs to, recorded in gpusnap.json
+  // (docs/SECURITY.md): the agent's, which knows the pod. Unset: the
+  // snapshot belongs to no namespace (the CLI's).
+  std::optional<SnapshotOwner> owner;
   ProgressFn progress;
 };
 

@@ -17,8 +17,8 @@ namespace gpusnap {
 // Major version: a reader refuses any other. Minor: fields added since, each
 // optional with a written default.
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 6;  // 1.1: `gpu`; 1.2: `digest`; 1.3: `gpu.gpushare`; 1.4: `criu.listen_ports`;
-                                        // 1.5: `meta_sha256`; 1.6: `capture_path`, `rootfs`
+inline constexpr int kSchemaMinor = 7;  // 1.1: `gpu`; 1.2: `digest`; 1.3: `gpu.gpushare`; 1.4: `criu.listen_ports`;
+                                        // 1.5: `meta_sha256`; 1.6: `capture_path`, `rootfs`; 1.7: `owner`
 
 // The largest pid the kernel hands out (PID_MAX_LIMIT, the ceiling of
 // /proc/sys/kernel/pid_max): a recorded pid or tid outside 1..this is corrupt.
@@ -31,6 +31,16 @@ struct SnapshotSource {
   int ns_pid = 0;                  // the same task inside its pid namespace
   std::vector<std::string> cmdline;
   std::string log;                 // the workload's stdout/stderr file, if known
+};
+
+// Who a snapshot belongs to (schema 1.7): the Kubernetes namespace and pod
+// its tree was captured from, as the agent knew them (docs/SECURITY.md,
+// "Namespaces own their snapshots"). A snapshot without one (taken outside
+// Kubernetes, or of an older schema) belongs to no namespace.
+struct SnapshotOwner {
+  std::string namespace_name;      // a DNS-1123 label
+  std::string pod;                 // a DNS-1123 subdomain
+  bool operator==(const SnapshotOwner&) const = default;
 };
 
 struct FileDigest {
@@ -136,6 +146,7 @@ struct SnapshotMeta {
   std::optional<SnapshotGpuState> gpu;
   CapturePathRecord capture_path;
   std::optional<RootfsRecord> rootfs;  // set exactly when capture_path.has_rootfs()
+  std::optional<SnapshotOwner> owner;  // none: the snapshot belongs to no namespace
 };
 
 // From schema 1.5 on, the JSON carries `meta_sha256`, the SHA-256 of its own

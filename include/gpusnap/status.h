@@ -33,6 +33,7 @@ enum class Code {
   kExternal,          // CRIU or the CUDA driver reported a failure
   kTimeout,           // a deadline passed
   kNotSupported,      // a feature this machine or build lacks
+  kPermissionDenied,  // a rule of the administrator refuses it (a namespace's snapshots, registries)
   kInternal,          // a bug in gpusnap
 };
 

@@ -47,6 +47,10 @@ void AddAgent(CLI::App& app, Context& ctx) {
   sub->add_option("--registry-secret", opts->registry.secret,
                   "Registry credentials from this Secret (NAMESPACE/NAME, type kubernetes.io/dockerconfigjson), "
                   "read through the API server; for --kube, instead of --registry-config");
+  sub->add_option("--tenancy", opts->tenancy_file,
+                  "For --kube: the administrator's tenancy rules, a JSON file read at each use: which namespaces' "
+                  "snapshots a namespace may restore, which repositories it may use and with whose credentials "
+                  "(docs/SECURITY.md); default: each namespace its own snapshots, no registry");
   sub->footer("Logs one line per job on stderr; stops on SIGINT or SIGTERM after running jobs finish. Restores of a "
               "registry reference and checkpoints with pushTo reach the registry with the --registry-* settings, "
               "--ca-file and --plain-http (docs/AGENT.md).");

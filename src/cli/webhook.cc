@@ -18,10 +18,6 @@ void AddWebhook(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   sub->add_option("--chunk-store-mount-path", m.chunk_store_mount_path, "Where containers see their chunk store")
       ->capture_default_str();
-  sub->add_option("--snapshot-store-host-path", m.snapshot_store_host_path, "The node's snapshot store")
-      ->capture_default_str();
-  sub->add_option("--snapshot-mount-path", m.snapshot_mount_path, "Where a placeholder sees its snapshot")
-      ->capture_default_str();
   sub->add_option("--reaper-command", m.reaper_command, "A placeholder's pid 1 (as containers see it)")
       ->capture_default_str()
       ->expected(1, 16);

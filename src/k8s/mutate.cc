@@ -93,19 +93,12 @@ Result<std::string> MakePlaceholder(json& pod, const MutateConfig& config, Mutat
   GPUSNAP_ASSIGN_OR_RETURN(json * c, RestoreTarget(pod));
   std::string name = c->value("name", "");
 
-  // A snapshot of the node's store is mounted (and so waited for, type
-  // Directory); one in a registry comes once the container runs, pulled by
-  // the agent, and has no directory to wait for yet.
+  // The bundle only: the agent reads the snapshot from its store (or pulls
+  // it) and hands CRIU its images; nothing of the store enters the pod.
   HostPathVolume bundle = BundleVolume(pod, config);
-  std::vector<json> mounts = {ReadOnlyMount(bundle.name, config.bundle_mount_path)};
-  std::vector<HostPathVolume> volumes = {bundle};
-  if (!reference) {
-    HostPathVolume snap =
-        ResolveVolume(pod, {"gpusnap-snapshot", config.snapshot_store_host_path + "/snapshots/" + id, "Directory"});
-    mounts.push_back(ReadOnlyMount(snap.name, config.snapshot_mount_path));
-    volumes.push_back(snap);
-  }
-  if (const json* m = Conflict(*c, mounts)) return Status::Error(Code::kInvalidArgument, "{}", ConflictText(*c, *m));
+  json mount = ReadOnlyMount(bundle.name, config.bundle_mount_path);
+  if (CheckMount(*c, mount) == MountState::kConflict)
+    return Status::Error(Code::kInvalidArgument, "{}", ConflictText(*c, mount));
   int gpus = SnapshotGpuCount(pod, id, reference, config, out.warnings);
 
   json reaper = config.reaper_command;
@@ -121,8 +114,8 @@ Result<std::string> MakePlaceholder(json& pod, const MutateConfig& config, Mutat
     if (c->contains(probe))
       out.warnings.push_back(fmt::format("container `{}`: its {} may restart the placeholder before the restore", name, probe));
 
-  for (const HostPathVolume& v : volumes) EnsureVolume(pod, v);
-  for (const json& m : mounts) EnsureMount(*c, m);
+  EnsureVolume(pod, bundle);
+  EnsureMount(*c, mount);
   SetResourceCount(*c, kGpuResource, gpus);
   SetLabel(pod, kLabelPlaceholder, std::string(kLabelPlaceholderOn));
   record["restore"] = {{"container", name}, {"snapshot", id}, {"gpus", gpus}};
@@ -157,7 +150,8 @@ void AddGpushare(json& pod, const MutateConfig& config, const std::string& place
     EnsureVolume(pod, bundle);
     EnsureVolume(pod, store);
     for (const json& m : mounts) EnsureMount(*c, m);
-    EnsureEnv(*c, {{"name", kPodUidEnv}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.uid"}}}}}});
+    // The pod's uid, never a value of the pod's own: it names the chunk store mounted.
+    SetEnv(*c, {{"name", kPodUidEnv}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.uid"}}}}}});
     EnsureEnv(*c, {{"name", kChunkStoreEnv}, {"value", config.chunk_store_mount_path}});
     if (preload) AppendPreload(*c, config.shim_path);
     done.push_back(name);

@@ -9,22 +9,28 @@
 //    LD_PRELOAD (an existing literal value is kept in front of it) and a
 //    per-pod chunk store: a hostPath mounted with
 //    subPathExpr $(GPUSNAP_POD_UID), that variable coming from the downward
-//    API. A container whose LD_PRELOAD comes from valueFrom is left unchanged,
+//    API (metadata.uid) whatever the pod set it to: a value of its own would
+//    let it mount another pod's chunk store, or all of them (an empty one).
+//    A container whose LD_PRELOAD comes from valueFrom is left unchanged,
 //    with a warning; so is one whose mount path is taken by another volume.
 //
 //  gpusnap.io/restore-from: <snapshot id> | <registry reference>
 //    The pod becomes a placeholder: the target container (the one named by
 //    gpusnap.io/restore-container, else the first) keeps its image, runs the
 //    reaper as pid 1 (command replaced, args removed, the originals recorded
-//    in gpusnap.io/original-command), gets the bundle and the snapshot mounted
-//    read-only and requests the snapshot's GPU count; the pod is labelled
+//    in gpusnap.io/original-command), gets the bundle mounted read-only and
+//    requests the snapshot's GPU count; the pod is labelled
 //    gpusnap.io/placeholder: "true" so the agent on its node restores into it.
 //    The GPU count is gpusnap.io/gpu-count if given, else what
 //    MutateConfig::snapshot_gpu_count says, else 1.
 //    A value with a `/` is a registry reference (store/registry_reference.h),
 //    checked for its syntax only: the webhook does not reach the registry.
-//    The agent of whatever node the pod lands on pulls it, so no snapshot is
-//    mounted, and the GPU count is gpusnap.io/gpu-count, else 1 (warned).
+//    The agent of whatever node the pod lands on pulls it; the GPU count is
+//    gpusnap.io/gpu-count, else 1 (warned).
+//    No snapshot, and no part of the store, is ever mounted into a pod: the
+//    agent reads the store itself and hands CRIU the images, so a pod can
+//    read no snapshot's memory, its own namespace's or another's
+//    (docs/SECURITY.md).
 //
 // Both may be combined; the placeholder's reaper never gets LD_PRELOAD (the
 // restored process brings its own environment). Whatever was done is recorded
@@ -62,8 +68,6 @@ struct MutateConfig {
   std::string shim_path = "/gpusnap/lib/libgpusnap_gpushare.so";  // inside the container
   std::string chunk_store_host_path = "/var/lib/gpusnap/pods";   // one subdirectory per pod uid
   std::string chunk_store_mount_path = "/gpusnap-store";
-  std::string snapshot_store_host_path = "/var/lib/gpusnap";      // a gpusnap store root
-  std::string snapshot_mount_path = "/gpusnap-snapshot";
   std::vector<std::string> reaper_command = {"/gpusnap/bin/gpusnap", "__placeholder"};
   // The GPU count recorded for a snapshot id; empty, or an error (which
   // becomes a warning), falls back to 1.

@@ -119,10 +119,22 @@ TEST(Gpushare, ChunkStoreMountedWithSubPathExprOfPodUid) {
   EXPECT_EQ(Env(c, "GPUSNAP_CHUNK_STORE")["value"], "/gpusnap-store");
 }
 
-TEST(Gpushare, ExistingPodUidVariableKept) {
-  json mine = {{"name", "GPUSNAP_POD_UID"}, {"value", "fixed"}};
-  auto r = MutateChecked(WithEnv(Fixture("gpushare-vllm.json"), "vllm", {mine}));
-  EXPECT_EQ(Env(Container(r.pod, "vllm"), "GPUSNAP_POD_UID"), mine);
+// The variable names the chunk store the pod mounts: a value of the pod's own
+// (another pod's uid, or "" for every pod's store) is replaced, every
+// definition of it, so that the kubelet (which takes the last) sees the uid.
+TEST(Gpushare, APodsOwnPodUidVariableIsReplacedByItsUid) {
+  json uid = {{"name", "GPUSNAP_POD_UID"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.uid"}}}}}};
+  for (json value : {json("3f0b7c1e-0000-4000-8000-000000000000"), json("")}) {
+    json mine = {{"name", "GPUSNAP_POD_UID"}, {"value", value}};
+    json other = {{"name", "OTHER"}, {"value", "kept"}};
+    auto r = MutateChecked(WithEnv(Fixture("gpushare-vllm.json"), "vllm", {mine, other, mine}));
+    const json& env = Container(r.pod, "vllm")["env"];
+    int defined = 0;
+    for (const json& e : env) defined += e["name"] == "GPUSNAP_POD_UID";
+    EXPECT_EQ(defined, 1) << env;
+    EXPECT_EQ(Env(Container(r.pod, "vllm"), "GPUSNAP_POD_UID"), uid);
+    EXPECT_EQ(Env(Container(r.pod, "vllm"), "OTHER"), other);
+  }
 }
 
 TEST(Gpushare, InitContainersMutated) {

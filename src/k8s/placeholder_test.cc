@@ -3,6 +3,8 @@
 // (pod_testing.h).
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "k8s/mutate.h"
 #include "k8s/pod_testing.h"
 
@@ -34,17 +36,40 @@ TEST(Placeholder, KeepsImageAndRunsTheReaper) {
   EXPECT_EQ(original["args"], pod["spec"]["containers"][0]["args"]);
 }
 
-TEST(Placeholder, MountsSnapshotAndBundleReadOnly) {
+TEST(Placeholder, MountsTheBundleReadOnly) {
   auto r = MutateChecked(Placeholder());
   const json& c = Container(r.pod, "vllm");
-  json snap = MountAt(c, "/gpusnap-snapshot");
   json bundle = MountAt(c, "/gpusnap");
-  EXPECT_EQ(snap["readOnly"], true);
   EXPECT_EQ(bundle["readOnly"], true);
-  EXPECT_EQ(Volume(r.pod, snap["name"])["hostPath"],
-            json({{"path", "/var/lib/gpusnap/snapshots/vllm-20250101-abc123"}, {"type", "Directory"}}));
   EXPECT_EQ(Volume(r.pod, bundle["name"])["hostPath"]["path"], "/var/lib/gpusnap/bundle");
   EXPECT_EQ(Env(c, "LD_PRELOAD"), nullptr);  // the reaper never gets the shim
+}
+
+// No snapshot, and nothing else of the store, reaches a pod's filesystem: the
+// agent reads the store and hands CRIU its images (docs/SECURITY.md). The
+// only host paths are the bundle (read-only) and, with gpushare, the pod's
+// own chunk store under its uid.
+TEST(Placeholder, NoHostPathOfTheStoreIsMounted) {
+  for (const char* from : {"vllm-20250101-abc123", "registry.example:5000/ml/vllm:warm"}) {
+    for (bool gpushare : {false, true}) {
+      json pod = Placeholder();
+      pod["metadata"]["annotations"]["gpusnap.io/restore-from"] = from;
+      if (gpushare) pod["metadata"]["annotations"]["gpusnap.io/gpushare"] = "true";
+      auto r = MutateChecked(pod);
+      std::set<std::string> host_paths;
+      for (const json& v : r.pod["spec"]["volumes"])
+        if (v.contains("hostPath")) host_paths.insert(v["hostPath"]["path"].get<std::string>());
+      std::set<std::string> expected = {"/var/lib/gpusnap/bundle"};
+      if (gpushare) expected.insert("/var/lib/gpusnap/pods");
+      EXPECT_EQ(host_paths, expected) << from << (gpushare ? " with gpushare" : "");
+      for (const json& m : Container(r.pod, "vllm")["volumeMounts"]) {
+        EXPECT_NE(m["mountPath"], "/gpusnap-snapshot") << m;
+        if (m["mountPath"] == "/gpusnap-store") {
+          EXPECT_EQ(m["subPathExpr"], "$(GPUSNAP_POD_UID)") << m;
+        }
+      }
+    }
+  }
 }
 
 TEST(Placeholder, LabelledForTheAgent) {
@@ -122,9 +147,6 @@ TEST(Placeholder, FromARegistryReference) {
   const json& c = Container(r.pod, "vllm");
   EXPECT_EQ(c["command"], json({"/gpusnap/bin/gpusnap", "__placeholder"}));
   EXPECT_EQ(MountAt(c, "/gpusnap")["readOnly"], true);
-  // Nothing to mount or wait for: the agent of the node pulls it once the container runs.
-  for (const json& m : c["volumeMounts"]) EXPECT_NE(m["mountPath"], "/gpusnap-snapshot") << m;
-  for (const json& v : r.pod["spec"]["volumes"]) EXPECT_NE(v["name"], "gpusnap-snapshot") << v;
   EXPECT_EQ(r.pod["metadata"]["labels"], json({{"gpusnap.io/placeholder", "true"}}));
   json record = json::parse(r.pod["metadata"]["annotations"]["gpusnap.io/mutation"].get<std::string>());
   EXPECT_EQ(record["restore"], json({{"container", "vllm"}, {"snapshot", ref}, {"gpus", 2}}));
@@ -176,13 +198,12 @@ TEST(Placeholder, LivenessProbeWarns) {
 
 TEST(Placeholder, ConfigPathsUsed) {
   MutateConfig config;
-  config.snapshot_store_host_path = "/srv/snaps";
-  config.snapshot_mount_path = "/snap";
+  config.bundle_host_path = "/srv/gpusnap-bundle";
   config.reaper_command = {"/gpusnap/bin/gpusnap", "__placeholder", "--wait"};
   auto r = MutateChecked(Placeholder(), config);
   const json& c = Container(r.pod, "vllm");
   EXPECT_EQ(c["command"], json(config.reaper_command));
-  EXPECT_EQ(Volume(r.pod, MountAt(c, "/snap")["name"])["hostPath"]["path"], "/srv/snaps/snapshots/vllm-20250101-abc123");
+  EXPECT_EQ(Volume(r.pod, MountAt(c, "/gpusnap")["name"])["hostPath"]["path"], "/srv/gpusnap-bundle");
 }
 
 }  // namespace

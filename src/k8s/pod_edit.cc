@@ -186,6 +186,23 @@ void EnsureEnv(json& container, const json& entry) {
     Child(container, "env", json::array()).push_back(entry);
 }
 
+void SetEnv(json& container, const json& entry) {
+  json& env = Child(container, "env", json::array());
+  std::string name = entry["name"].get<std::string>();
+  bool kept = false;
+  json wanted = json::array();
+  for (json& e : env) {
+    if (e.value("name", "") != name) {
+      wanted.push_back(std::move(e));
+    } else if (e == entry && !kept) {
+      wanted.push_back(std::move(e));
+      kept = true;
+    }
+  }
+  if (!kept) wanted.push_back(entry);
+  env = std::move(wanted);
+}
+
 void AppendPreload(json& container, const std::string& lib) {
   json& env = Child(container, "env", json::array());
   for (json& e : env) {

@@ -63,6 +63,10 @@ void EnsureMount(nlohmann::json& container, const nlohmann::json& mount);
 const nlohmann::json* FindEnv(const nlohmann::json& container, std::string_view name);
 // Appends `entry` (an env var object) unless a variable of its name exists.
 void EnsureEnv(nlohmann::json& container, const nlohmann::json& entry);
+// Makes `entry` the one variable of its name: every other definition of it
+// goes (the kubelet takes the last of several), `entry` is appended unless
+// it is there already.
+void SetEnv(nlohmann::json& container, const nlohmann::json& entry);
 
 // Appends `lib` to the container's LD_PRELOAD literal value ("a.so:lib"),
 // creating the variable when absent; does nothing when `lib` is already one

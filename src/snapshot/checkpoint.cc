@@ -166,6 +166,7 @@ Status Begin(const CheckpointOptions& options, CheckpointRun& run) {
                                      : "",
                         options.tcp_established);
   meta.capture_path = {run.path.path, options.capture_path.value_or(CapturePath::kProcess), run.path.reason};
+  meta.owner = options.owner;
   if (!process_path) meta.pids.clear();
   meta.gpu = std::move(gpu);
   for (uint16_t port : TreeListeningPorts(run.tree_files)) meta.listen_ports.push_back(port);

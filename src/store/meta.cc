@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpusnap/snapshot.h"
+#include "store/kube_names.h"
 #include "store/layout.h"
 #include "store/meta_digest.h"
 
@@ -394,6 +395,21 @@ void ReadRootfs(Reader& r, const json& j, SnapshotMeta& m) {
   m.rootfs = std::move(rf);
 }
 
+// Optional in every minor: a snapshot taken outside Kubernetes has none.
+void ReadOwner(Reader& r, const json& j, SnapshotMeta& m) {
+  const json* o = r.Object(j, "", "owner", false);
+  if (o == nullptr) return;
+  SnapshotOwner owner;
+  r.String(*o, "owner", "namespace", owner.namespace_name);
+  r.String(*o, "owner", "pod", owner.pod);
+  if (r.ok() && !IsDns1123Label(owner.namespace_name))
+    return r.Fail(fmt::format("field `owner.namespace` is {}, not a Kubernetes namespace name",
+                              Quote(owner.namespace_name)));
+  if (r.ok() && !IsDns1123Subdomain(owner.pod))
+    return r.Fail(fmt::format("field `owner.pod` is {}, not a Kubernetes pod name", Quote(owner.pod)));
+  m.owner = std::move(owner);
+}
+
 Status Corrupt(const Reader& r) { return Status::Error(Code::kCorruption, "metadata: {}", r.failure()); }
 
 }  // namespace
@@ -486,6 +502,7 @@ std::string SnapshotMetaToJson(const SnapshotMeta& m) {
                    {"excluded", rf.excluded}, {"excluded_paths", rf.excluded_paths}, {"skipped", skipped},
                    {"entries", rf.entries}, {"deleted", rf.deleted},       {"caches", caches}};
   }
+  if (m.owner) j["owner"] = {{"namespace", m.owner->namespace_name}, {"pod", m.owner->pod}};
   // Metadata of an older schema (an old snapshot shown by `inspect`, or sent
   // by the agent) is passed on as that schema wrote it, without the digest.
   if (m.schema_major > 1 || m.schema_minor >= 5) {
@@ -558,6 +575,7 @@ Result<SnapshotMeta> SnapshotMetaFromJson(std::string_view text) {
   ReadTimings(r, j, m);
   ReadGpu(r, j, m);
   ReadRootfs(r, j, m);
+  ReadOwner(r, j, m);
   if (!r.ok()) return Corrupt(r);
   return m;
 }

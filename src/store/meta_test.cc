@@ -186,6 +186,7 @@ nlohmann::json FullSample() {
   m.gpu = SnapshotGpuState{"580.159.04", 13000, {{0, "GPU-5afec0da-0000-0000-0000-000000000000", "NVIDIA H200", 9, 0, 150ull << 30}},
                            {2}, {7}, true, "/var/lib/gpusnap", {"gpusnap-gpushare.4026532301.2"}, "/lib/shim.so"};
   m.timings_s["gpu-lock"] = 2.5e-05;  // printed with an exponent
+  m.owner = SnapshotOwner{"team-a", "vllm-0"};
   return nlohmann::json::parse(SnapshotMetaToJson(m));
 }
 
@@ -463,6 +464,60 @@ TEST(SnapshotMeta16, MissingOrBadFieldsAreRefusedNamingThem) {
   auto parsed = SnapshotMetaFromJson(Reseal(old));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   EXPECT_EQ(parsed->capture_path.path, CapturePath::kProcess);
+}
+
+TEST(SnapshotMeta17, TheOwnerRoundTripsAndIsOptional) {
+  SnapshotMeta m = Sample();
+  m.owner = SnapshotOwner{"team-a", "vllm-0"};
+  std::string text = SnapshotMetaToJson(m);
+  EXPECT_EQ(nlohmann::json::parse(text)["owner"], nlohmann::json({{"namespace", "team-a"}, {"pod", "vllm-0"}}));
+  auto parsed = SnapshotMetaFromJson(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->owner, m.owner);
+  // Taken outside Kubernetes: no owner, in this minor as in the older ones.
+  auto unowned = SnapshotMetaFromJson(SnapshotMetaToJson(Sample()));
+  ASSERT_TRUE(unowned.ok()) << unowned.status().ToString();
+  EXPECT_FALSE(unowned->owner.has_value());
+  EXPECT_EQ(nlohmann::json::parse(SnapshotMetaToJson(Sample())).count("owner"), 0u);
+}
+
+TEST(SnapshotMeta17, AnOwnerThatIsNotAKubernetesNameIsRefusedNamingTheField) {
+  SnapshotMeta m = Sample();
+  m.owner = SnapshotOwner{"team-a", "vllm-0"};
+  nlohmann::json j = nlohmann::json::parse(SnapshotMetaToJson(m));
+  auto edited = [&](auto edit) {
+    nlohmann::json e = j;
+    edit(e);
+    return RefusalOf(e);
+  };
+  EXPECT_NE(edited([](auto& e) { e["owner"]["namespace"] = "Team_A"; })
+                .find("field `owner.namespace` is \"Team_A\", not a Kubernetes namespace name"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e["owner"]["pod"] = ""; }).find("field `owner.pod`"), std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e["owner"].erase("namespace"); }).find("missing field `owner.namespace`"),
+            std::string::npos);
+  EXPECT_NE(edited([](auto& e) { e["owner"] = "team-a"; }).find("field `owner` is string"), std::string::npos);
+}
+
+TEST(SnapshotMeta17, AnotherNamespaceWrittenIntoTheOwnerFailsTheDigest) {
+  SnapshotMeta m = Sample();
+  m.owner = SnapshotOwner{"team-a", "vllm-0"};
+  std::string text = SnapshotMetaToJson(m);
+  size_t at = text.find("\"team-a\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 8, "\"team-b\"");  // a valid name: only the digest can tell
+  auto parsed = SnapshotMetaFromJson(text);
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), Code::kCorruption);
+  EXPECT_NE(parsed.status().message().find("does not match its digest"), std::string::npos)
+      << parsed.status().message();
+  // Nor can the owner be dropped to make the snapshot nobody's.
+  nlohmann::json dropped = nlohmann::json::parse(SnapshotMetaToJson(m));
+  dropped.erase("owner");
+  auto nobodys = SnapshotMetaFromJson(dropped.dump(2));
+  ASSERT_FALSE(nobodys.ok());
+  EXPECT_NE(nobodys.status().message().find("does not match its digest"), std::string::npos)
+      << nobodys.status().message();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ const char* CodeName(Code code) {
     case Code::kExternal: return "External";
     case Code::kTimeout: return "Timeout";
     case Code::kNotSupported: return "NotSupported";
+    case Code::kPermissionDenied: return "PermissionDenied";
     case Code::kInternal: return "Internal";
   }
   return "Unknown";

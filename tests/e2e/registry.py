@@ -11,6 +11,9 @@ file. Three modes:
     reg = Registry(tmpdir, "tls-token")
     reg.start()                 # waits until /v2/ answers
     reg.host, reg.url, reg.username, reg.password, reg.cert_dir
+    Registry(tmpdir, "tls-token", users=("team-a", "team-b")).passwords["team-a"]
+    reg.served()                # [{"method", "uri", "status", "agent"}] of every request, refused ones too
+    reg.token_server.requests() # [{"user", "scopes", "status"}]: who asked for access to what
     reg.stop(); reg.start()     # same port, same storage
     reg.close()                 # stops the registry and the token server
 
@@ -190,6 +193,11 @@ class TokenServer:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
+    def requests(self):
+        """A copy of `log`: who asked for access to what, and the answer."""
+        with self.lock:
+            return [dict(r) for r in self.log]
+
     @property
     def token_requests(self):
         """How many token requests came, answered or refused."""
@@ -319,11 +327,16 @@ class Registry:
     Exposes host, url, storage_dir, log, mode; the TLS modes also ca_file,
     cert_dir, username, password; tls-token also reader_username,
     reader_password (pull only), token_server (a TokenServer) and
-    token_url."""
+    token_url. The TLS modes take more `users` (names), each with a password
+    of its own in `passwords` (the first user's there too; with tls-token,
+    each may pull and push). docker-registry's log names the user of a
+    request only when it fails: with tls-token, the token server's log says
+    which user asked for access to which repository, and every request
+    carries the token it got."""
 
     READY_TIMEOUT = 20.0
 
-    def __init__(self, workdir, mode="plain"):
+    def __init__(self, workdir, mode="plain", users=()):
         if mode not in MODES:
             raise ValueError(f"mode {mode!r}: not one of {', '.join(MODES)}")
         self.mode = mode
@@ -337,10 +350,13 @@ class Registry:
         self.reader_username = self.reader_password = None
         self.token_server = self.token_url = None
         os.makedirs(self.storage_dir, exist_ok=True)
+        if users and mode == "plain":
+            raise ValueError("users need a TLS mode, not plain")
+        self.passwords = {}
         self._auth = None
         self._tls = None
         if mode != "plain":
-            self._set_up_tls()
+            self._set_up_tls(users)
         if mode == "tls-basic":
             self._set_up_htpasswd()
         elif mode == "tls-token":
@@ -352,7 +368,7 @@ class Registry:
 
     # --- set-up ---------------------------------------------------------------
 
-    def _set_up_tls(self):
+    def _set_up_tls(self, users):
         tls = os.path.join(self.workdir, "tls")
         self.ca = CertAuthority(tls)
         self.ca_file = self.ca.cert
@@ -362,12 +378,15 @@ class Registry:
         shutil.copy(self.ca_file, os.path.join(self.cert_dir, "ca.crt"))
         self._tls = {"certificate": self.server_cert, "key": self.server_key}
         self.username, self.password = "gpusnap-test", secrets.token_urlsafe(12)
+        self.passwords = {self.username: self.password}
+        for user in users:
+            self.passwords[user] = secrets.token_urlsafe(12)
 
     def _set_up_htpasswd(self):
         path = os.path.join(self.workdir, "htpasswd")
-        line = _run(["htpasswd", "-Bbn", self.username, self.password]).decode().strip()
         with open(path, "w") as f:
-            f.write(line + "\n")
+            for user, password in self.passwords.items():
+                f.write(_run(["htpasswd", "-Bbn", user, password]).decode().strip() + "\n")
         self._auth = {"htpasswd": {"realm": "gpusnap-test-registry", "path": path}}
 
     def _set_up_token_server(self):
@@ -382,6 +401,8 @@ class Registry:
         self.reader_username, self.reader_password = "gpusnap-reader", secrets.token_urlsafe(12)
         users = {self.username: (self.password, ["pull", "push", "delete"]),
                  self.reader_username: (self.reader_password, ["pull"])}
+        for user, password in self.passwords.items():
+            users.setdefault(user, (password, ["pull", "push"]))
         self.token_server = TokenServer(self.server_cert, self.server_key, signer_cert, signer_key, users,
                                         log_path=os.path.join(self.workdir, "token-server.log"))
         self.token_url = self.token_server.url
@@ -403,6 +424,22 @@ class Registry:
         # JSON is YAML: docker-registry reads this as its config.yml.
         with open(self.config, "w") as f:
             json.dump(config, f, indent=2)
+
+    # --- what it served ----------------------------------------------------------
+
+    _ACCESS = re.compile(r'^\S+ - \S+ \[[^]]*\] "(\S+) (\S+) [^"]*" (\d{3}) \S+ "[^"]*" "([^"]*)"')
+
+    def served(self):
+        """Every request the registry got, answered or refused (401 too),
+        from its access log, oldest first: {"method", "uri", "status",
+        "agent" (the User-Agent; this harness's own probes are
+        Python-urllib's)}."""
+        try:
+            with open(self.log, errors="replace") as f:
+                return [{"method": m[1], "uri": m[2], "status": int(m[3]), "agent": m[4]}
+                        for m in map(self._ACCESS.match, f) if m]
+        except OSError:
+            return []
 
     # --- addresses ------------------------------------------------------------
 

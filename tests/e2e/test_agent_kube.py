@@ -14,7 +14,12 @@ gpusnap.io/restore-from restored into it, and the result recorded on the pod
   leaves `restoring`, and the next one records what became of it; removing
   restore-status asks for a new attempt;
 - the API server going away and coming back, and a resourceVersion it no
-  longer has (410), are survived: pods created meanwhile are restored."""
+  longer has (410), are survived: pods created meanwhile are restored.
+
+The pods' namespace has opted in (its Secret gpusnap, docs/KUBERNETES.md),
+and the counters are containers of its pods (the kubelet's log links name
+them): their snapshots are its own, which is all its placeholders may restore
+(test_tenancy_kube.py tests the refusals)."""
 import base64
 import json
 import os
@@ -107,10 +112,18 @@ class KubeAgentCase(PlaceholderCase):
         self.addCleanup(self.api.stop)  # after tearDown has stopped the agents
         self.api.add_node(NODE)
         self.api.ensure_namespace(NAMESPACE)
+        # The namespace opts in, without registry credentials.
+        self.api.create("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "gpusnap"},
+                                    "type": "Opaque"}, NAMESPACE)
 
     def start_kube_agent(self, kubeconfig=None, env=None):
         return self.start_agent("--kube", "--node-name", NODE, "--kubeconfig", kubeconfig or self.api.kubeconfig,
-                                env=env)
+                                "--kubelet-log-dir", self.kubelet_logs, env=env)
+
+    def checkpoint_counter(self, agent, data=None, pod=None):
+        """PlaceholderCase's counter, in a container of a pod of NAMESPACE:
+        its snapshot is the namespace's."""
+        return super().checkpoint_counter(agent, data, pod or (NAMESPACE, "counter-source", "server"))
 
     def create_placeholder_pod(self, name, snapshot, container_id):
         """A pod as the webhook leaves a restore-from pod, bound to the agent's node

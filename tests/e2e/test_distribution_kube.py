@@ -2,13 +2,18 @@
 Kubernetes test bed (tests/k8s/apiserver.py): two nodes on this machine, each
 with its agent in the Kubernetes mode (its own store, run directory and
 socket), the real `gpusnap webhook` called by the test bed, one registry
-over HTTPS with basic auth (tests/e2e/registry.py), and its credentials in a
-kubernetes.io/dockerconfigjson Secret that the agents read through the API
-server. The containers are real runc containers, the pods are the test
-bed's: the test plays the scheduler and the kubelet.
+over HTTPS with basic auth (tests/e2e/registry.py). The pods' namespace has
+opted in with its registry user's credentials in its Secret gpusnap, and
+the tenancy configuration (--tenancy) gives it its repository; the agents'
+own credentials, in a kubernetes.io/dockerconfigjson Secret of
+gpusnap-system, hold a password the registry refuses, so a pull or push that
+succeeds carried the namespace's. Both are read through the API server. The
+containers are real runc containers, the pods are the test bed's: the test
+plays the scheduler and the kubelet.
 
 - a pod on node A whose annotation gpusnap.io/push-to names a reference is
-  checkpointed by node A's agent, which pushes the snapshot there;
+  checkpointed by node A's agent, which pushes the snapshot there with the
+  namespace's credentials;
 - a pod created with gpusnap.io/restore-from: <that reference> becomes a
   placeholder (the webhook lets the reference through, and mounts no
   snapshot: there is none on the node yet); bound to node B and running,
@@ -17,7 +22,8 @@ bed's: the test plays the scheduler and the kubelet.
   pod shows the pull and the restore going on together (the agent held once
   the snapshot's files are in, by GPUSNAP_TEST_PAUSE_AT=restore-pull-files:
   gpusnap.io/restore-progress), then the result, and its Event names the
-  reference and the digest;
+  reference and the digest; the pull too carries the namespace's
+  credentials, never the agents';
 - the Secret's credentials land in a 0600 file of the agent's run directory
   and never in its log; a missing Secret, or one of another type, refuses
   the agent's start."""
@@ -112,12 +118,18 @@ class TwoKubeNodes(PlaceholderCase):
         self.a, self.b = Node(self, "node-a"), Node(self, "node-b")
         for node in (self.a, self.b):
             self.api.add_node(node.name)
-        self.registry = Registry(os.path.join(self.tmp, "registry"), "tls-basic")
+        self.registry = Registry(os.path.join(self.tmp, "registry"), "tls-basic", users=(NAMESPACE,))
         self.registry.start()
         self.addCleanup(self.registry.close)
         self.docker_config = json.dumps({"auths": {self.registry.host: {"auth": base64.b64encode(
-            f"{self.registry.username}:{self.registry.password}".encode()).decode()}}})
+            f"{self.registry.username}:not-{self.registry.password}".encode()).decode()}}})
         self.api.create("secrets", self.secret(SECRET, self.docker_config), SYSTEM)
+        # The namespace opts in with its own user's credentials; the
+        # administrator gives it its repository.
+        self.api.create("secrets", self.secret("gpusnap", self.credentials(NAMESPACE)), NAMESPACE)
+        self.tenancy = os.path.join(self.tmp, "tenancy.json")
+        with open(self.tenancy, "w") as f:
+            json.dump({"namespaces": {NAMESPACE: {"repositories": [f"{self.registry.host}/{NAMESPACE}"]}}}, f)
         self.webhook = Webhook(self, self.api)
         self.addCleanup(self.webhook.stop)
         self.resume_files = []
@@ -128,6 +140,10 @@ class TwoKubeNodes(PlaceholderCase):
         stop_nodes(self, (self.a, self.b))
         super().tearDown()
 
+    def credentials(self, user):
+        return json.dumps({"auths": {self.registry.host: {"auth": base64.b64encode(
+            f"{user}:{self.registry.passwords[user]}".encode()).decode()}}})
+
     @staticmethod
     def secret(name, config, kind="kubernetes.io/dockerconfigjson"):
         return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": kind,
@@ -136,7 +152,7 @@ class TwoKubeNodes(PlaceholderCase):
     def agent_flags(self, node, secret=SECRET):
         return ["--kube", "--node-name", node.name, "--kubeconfig", self.api.kubeconfig,
                 "--kubelet-log-dir", self.kubelet_logs, "--registry-secret", f"{SYSTEM}/{secret}",
-                "--ca-file", self.registry.ca_file]
+                "--ca-file", self.registry.ca_file, "--tenancy", self.tenancy]
 
     def start_kube_agent(self, node, env=None):
         agent = node.start_agent(*self.agent_flags(node), env=env)
@@ -202,7 +218,8 @@ class PlaceholderFromAReference(TwoKubeNodes):
                          {"container": "server", "gpus": 1, "snapshot": ref})
         container = pod["spec"]["containers"][0]
         self.assertEqual(container["command"][1:], ["__placeholder"])
-        self.assertNotIn("/gpusnap-snapshot", [m["mountPath"] for m in container.get("volumeMounts", [])])
+        self.assertEqual([v["hostPath"]["path"] for v in pod["spec"]["volumes"] if "hostPath" in v],
+                         ["/var/lib/gpusnap/bundle"])  # nothing of the store
         self.assertEqual(self.b.snapshot_ids(), [])  # nothing of it on node B yet
 
         self.api.run_pod(NAMESPACE, "counter-restored", self.b.name,
@@ -248,7 +265,8 @@ class PlaceholderFromAReference(TwoKubeNodes):
         self.assertEqual(os.stat(os.path.dirname(path)).st_mode & 0o777, 0o700)
         with open(path) as f:
             self.assertEqual(json.load(f), json.loads(self.docker_config))
-        self.assertNotIn(self.registry.password, agent.log())
+        for password in self.registry.passwords.values():
+            self.assertNotIn(password, agent.log())
         auth = json.loads(self.docker_config)["auths"][self.registry.host]["auth"]
         self.assertNotIn(auth, agent.log())
 

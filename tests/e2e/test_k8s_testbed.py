@@ -12,7 +12,10 @@ deploy/webhook-cert.sh), then `kubectl create` of the fixture pods.
   admits unchanged; a webhook slower than timeoutSeconds is cut off;
 - `kubectl get pods -w` sees an annotation made by `kubectl annotate`; a
   restore-from pod becomes a placeholder that a watch like the agent's
-  (label and spec.nodeName) sees once it is bound to the node.
+  (label and spec.nodeName) sees once it is bound to the node;
+- a namespace opts in as docs/KUBERNETES.md shows (`kubectl create secret
+  docker-registry gpusnap`, or `generic` without credentials), and the
+  Secret reaches the server as the agent reads it.
 
 `TestBedContract` checks the server itself as the agent uses it: bearer
 token, CA, list+watch with selectors, merge and JSON patches, Events,
@@ -353,6 +356,22 @@ class Admission(KubectlOnTestBed):
         self.kubectl("annotate", "pod", "-n", "inference", "vllm-restored", "gpusnap.io/restored=ok")
         ev = self.next_event(events, lambda e: e["type"] == "MODIFIED")
         self.assertEqual(ev["object"]["metadata"]["annotations"]["gpusnap.io/restored"], "ok")
+
+    def test_a_namespace_opts_in_with_the_documented_commands(self):
+        # kubectl sends these as protobuf; the agent reads them back as JSON.
+        self.kubectl("create", "secret", "docker-registry", "gpusnap", "-n", "inference",
+                     "--docker-server=registry.example:5000", "--docker-username=inference",
+                     "--docker-password=pw-of-inference")
+        self.kubectl("create", "namespace", "batch")
+        self.kubectl("create", "secret", "generic", "gpusnap", "-n", "batch")
+        with_credentials = self.api.get("secrets", "gpusnap", "inference")
+        self.assertEqual(with_credentials["type"], "kubernetes.io/dockerconfigjson")
+        config = json.loads(base64.b64decode(with_credentials["data"][".dockerconfigjson"]))
+        auth = config["auths"]["registry.example:5000"]
+        self.assertEqual(base64.b64decode(auth["auth"]).decode(), "inference:pw-of-inference")
+        without = self.api.get("secrets", "gpusnap", "batch")
+        self.assertEqual(without["type"], "Opaque")
+        self.assertNotIn(".dockerconfigjson", without.get("data") or {})
 
     def test_watch_sees_annotation_patch(self):
         pod, _ = self.create(without_gpusnap_annotations(tw.fixture("gpushare-vllm.json")))

@@ -26,12 +26,13 @@ class PlaceholderCase(RuncCase):
         self.assertEqual(status, "running")
         return cid, init
 
-    def checkpoint_counter(self, agent, data=None, process=None, seccomp=None):
+    def checkpoint_counter(self, agent, data=None, process=None, seccomp=None, pod=None):
         """A counter in a runc container (keeping its files in `data`, by
         default the test's data directory; its credentials as start_container
-        takes them), checkpointed (and so ended): its snapshot id and the
-        count it had reached."""
-        source = self.start_container(self.counter_args(data), process=process, seccomp=seccomp)
+        takes them; the container of `pod`, (namespace, name, container), as
+        the kubelet's log link says), checkpointed (and so ended): its
+        snapshot id and the count it had reached."""
+        source = self.start_container(self.counter_args(data), process=process, seccomp=seccomp, pod=pod)
         pid = self.counter_in(source)
         before = self.count(pid)
         job = self.wait_job(agent, self.checkpoint_via(agent, {"container": source}))

@@ -266,7 +266,40 @@ class Admission(WebhookCase):
         self.assertNotIn("args", c)
         self.assertEqual(c["resources"]["limits"]["nvidia.com/gpu"], "2")
         self.assertEqual(out["metadata"]["labels"]["gpusnap.io/placeholder"], "true")
-        self.assertEqual(mount(c, "/gpusnap-snapshot")["readOnly"], True)
+        self.assertEqual(mount(c, "/gpusnap")["readOnly"], True)
+
+    def test_no_placeholder_gets_a_host_path_of_the_store(self):
+        # The agent reads the store and hands CRIU the images: no snapshot (and
+        # nothing else of the store) is mounted into a pod, by id or by
+        # reference, with gpushare or without; the only host paths are the
+        # bundle and the pod's own chunk store, under its uid.
+        for restore_from in ("vllm-20250101-abc123", "registry.example:5000/ml/vllm:warm"):
+            for gpushare in (False, True):
+                pod = fixture("restore-placeholder.json")
+                pod["metadata"]["annotations"]["gpusnap.io/restore-from"] = restore_from
+                if gpushare:
+                    pod["metadata"]["annotations"]["gpusnap.io/gpushare"] = "true"
+                _, out = self.admit_and_apply(pod)
+                host_paths = {v["hostPath"]["path"] for v in out["spec"].get("volumes", []) if "hostPath" in v}
+                want = {"/var/lib/gpusnap/bundle"} | ({"/var/lib/gpusnap/pods"} if gpushare else set())
+                self.assertEqual(host_paths, want, (restore_from, gpushare))
+                c = container(out, "vllm")
+                self.assertIsNone(mount(c, "/gpusnap-snapshot"))
+                if gpushare:
+                    self.assertEqual(mount(c, "/gpusnap-store")["subPathExpr"], "$(GPUSNAP_POD_UID)")
+
+    def test_a_pods_own_uid_variable_cannot_pick_another_chunk_store(self):
+        # GPUSNAP_POD_UID names the subdirectory of the node's chunk stores the
+        # pod mounts: another pod's uid, or "" (all of them), is replaced by the
+        # pod's own uid from the downward API.
+        for value in ("3f0b7c1e-0000-4000-8000-000000000000", ""):
+            pod = fixture("gpushare-vllm.json")
+            c = container(pod, "vllm")
+            c["env"] = c.get("env", []) + [{"name": "GPUSNAP_POD_UID", "value": value}]
+            _, out = self.admit_and_apply(pod)
+            defined = [e for e in container(out, "vllm")["env"] if e["name"] == "GPUSNAP_POD_UID"]
+            self.assertEqual(defined, [{"name": "GPUSNAP_POD_UID",
+                                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}}], value)
 
     def test_unannotated_pod_gets_no_patch(self):
         pod = fixture("gpushare-vllm.json")

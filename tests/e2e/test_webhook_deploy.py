@@ -1,6 +1,7 @@
 """deploy/: the kustomize manifests render with the real kubectl and say what
 docs/WEBHOOK.md promises (failurePolicy Ignore, annotation conditions,
-least-privilege RBAC, a privileged hostPID agent), and deploy/webhook-cert.sh
+least-privilege RBAC, a privileged hostPID agent with its tenancy
+ConfigMap), and deploy/webhook-cert.sh
 makes a certificate the webhook serves and the caBundle that verifies it.
 
 Uses test_webhook's kubectl (exit 77 without one) and server harness."""
@@ -106,6 +107,16 @@ class Manifests(unittest.TestCase):
         self.assertEqual(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName")
         self.assertEqual(mounts["/gpusnap"]["subPath"], "bundle")
         self.assertIn("--criu=/gpusnap/criu-bundle", agent["args"])
+        # The administrator's tenancy rules: the ConfigMap, mounted read-only where --tenancy reads it.
+        (tenancy,) = [a.split("=", 1)[1] for a in agent["args"] if a.startswith("--tenancy=")]
+        (volume,) = [v for v in spec["volumes"] if "configMap" in v]
+        self.assertEqual(volume["configMap"]["name"], "gpusnap-tenancy")
+        mount = next(m for m in agent["volumeMounts"] if m["name"] == volume["name"])
+        self.assertIs(mount.get("readOnly"), True)
+        self.assertEqual(tenancy, os.path.join(mount["mountPath"], "tenancy.json"))
+        config = find(self.objs, "ConfigMap", "gpusnap-tenancy")
+        self.assertEqual(config["metadata"]["namespace"], "gpusnap-system")
+        self.assertEqual(json.loads(config["data"]["tenancy.json"]), {"namespaces": {}})
         # The socket where gpusnap looks for it by default, on the node too.
         self.assertFalse([a for a in agent["args"] if a.startswith("--socket")])
         self.assertEqual(mounts["/run/gpusnap-agent"]["name"],
@@ -113,14 +124,19 @@ class Manifests(unittest.TestCase):
 
     def test_rbac_least_privilege(self):
         agent_role = find(self.objs, "ClusterRole", "gpusnap-agent")
-        # Exactly what the agent's --kube mode uses: watch and annotate pods, create Events.
+        # Exactly what the agent's --kube mode uses: watch and annotate pods,
+        # create Events, and get each namespace's Secret `gpusnap` by that
+        # name alone (its opt-in and credentials), never any other Secret.
         granted = {}
         for rule in agent_role["rules"]:
-            self.assertEqual(set(rule), {"apiGroups", "resources", "verbs"}, rule)  # no resourceNames, no URLs
+            self.assertLessEqual(set(rule), {"apiGroups", "resources", "verbs", "resourceNames"}, rule)  # no URLs
+            names = tuple(rule.get("resourceNames", ()))
             for group in rule["apiGroups"]:
                 for res in rule["resources"]:
-                    granted.setdefault((group, res), set()).update(rule["verbs"])
-        self.assertEqual(granted, {("", "pods"): {"get", "list", "watch", "patch"}, ("", "events"): {"create"}})
+                    granted.setdefault((group, res, names), set()).update(rule["verbs"])
+        self.assertEqual(granted, {("", "pods", ()): {"get", "list", "watch", "patch"},
+                                   ("", "events", ()): {"create"},
+                                   ("", "secrets", ("gpusnap",)): {"get"}})
         for kind in ("Role", "RoleBinding"):
             self.assertEqual([o for o in self.objs if o["kind"] == kind], [])
         (binding,) = [o for o in self.objs if o["kind"] == "ClusterRoleBinding"]

@@ -1,16 +1,21 @@
 """The Kubernetes protobuf encoding, as far as the test bed's API server
 (apiserver.py) needs it: kubectl's typed commands (`kubectl create
-namespace`) send `application/vnd.kubernetes.protobuf` bodies. A body is the
+namespace`, `kubectl create secret`) send `application/vnd.kubernetes.protobuf` bodies. A body is the
 magic "k8s\\0" and a runtime.Unknown message (typeMeta = 1 with apiVersion = 1
 and kind = 2, raw = 2); `decode` turns the raw message of the kinds in
 SCHEMAS into JSON and raises ValueError for other kinds. Responses are always
 JSON (clients accept it next to protobuf)."""
+
+import base64
 
 MAGIC = b"k8s\x00"
 _OBJECT_META = {1: ("name", "str"), 2: ("generateName", "str"), 3: ("namespace", "str"), 11: ("labels", "map"),
                 12: ("annotations", "map"), 14: ("finalizers", "strs")}
 SCHEMAS = {
     ("v1", "Namespace"): {1: ("metadata", _OBJECT_META), 2: ("spec", {1: ("finalizers", "strs")})},
+    # map<string, bytes> data = 2 (JSON: base64), type = 3, map<string, string> stringData = 4.
+    ("v1", "Secret"): {1: ("metadata", _OBJECT_META), 2: ("data", "bytesmap"), 3: ("type", "str"),
+                       4: ("stringData", "map")},
 }
 
 
@@ -60,6 +65,9 @@ def _message(buf, schema):
         elif kind == "map":
             entry = {n: v.decode() for n, _, v in _fields(value)}
             out.setdefault(name, {})[entry.get(1, "")] = entry.get(2, "")
+        elif kind == "bytesmap":
+            entry = dict((n, v) for n, _, v in _fields(value))
+            out.setdefault(name, {})[entry.get(1, b"").decode()] = base64.b64encode(entry.get(2, b"")).decode()
     for name, kind in schema.values():  # empty strings are what proto2 sends for unset fields
         if kind == "str" and out.get(name) == "":
             del out[name]

@@ -253,26 +253,6 @@ Status CheckExclusions(std::string_view where, const std::vector<std::string>& p
   return Status::Ok();
 }
 
-bool IsDns1123Label(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (!alnum(s.front()) || !alnum(s.back())) return false;
-  return std::all_of(s.begin(), s.end(), [&](char c) { return alnum(c) || c == '-'; });
-}
-
-bool IsDns1123Subdomain(std::string_view s) {
-  if (s.empty() || s.size() > 253) return false;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t dot = s.find('.', start);
-    std::string_view label = s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
-    if (!IsDns1123Label(label)) return false;
-    if (dot == std::string_view::npos) return true;
-    start = dot + 1;
-  }
-  return false;
-}
-
 bool BodyBuffer::Append(const char* data, size_t size) {
   if (too_large_ || size > max_bytes_ - text_.size()) {
     too_large_ = true;
@@ -354,6 +334,7 @@ int HttpStatusFor(Code code) {
   switch (code) {
     case Code::kOk: return 200;
     case Code::kInvalidArgument: return 400;
+    case Code::kPermissionDenied: return 403;
     case Code::kNotFound: return 404;
     case Code::kAlreadyExists: return 409;
     case Code::kFailedPrecondition: return 409;

@@ -19,6 +19,7 @@
 #include "cuda/gpu_map.h"
 #include "gpusnap/snapshot.h"
 #include "gpusnap/status.h"
+#include "store/kube_names.h"  // IsDns1123Label, IsDns1123Subdomain: Kubernetes names
 #include "store/snapshot_ref.h"
 
 namespace gpusnap::agent {
@@ -129,12 +130,6 @@ std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_vie
 std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body);
 // `name` is the path's; an empty body asks for no GPU map.
 std::variant<WakeRequest, ApiError> ParseWakeRequest(std::string_view name, std::string_view body);
-
-// Kubernetes names: a DNS-1123 label (namespaces, containers: 1-63 of
-// [a-z0-9-], alphanumeric at both ends) and subdomain (pods: labels joined
-// by dots, at most 253).
-bool IsDns1123Label(std::string_view s);
-bool IsDns1123Subdomain(std::string_view s);
 
 // A job id as the agent makes them: "job-" and 16 lowercase hex digits.
 bool IsValidJobId(std::string_view id);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "agent/api/request.h"
+#include "agent/service/pod_annotations.h"
 #include "gpusnap/snapshot.h"
 #include "k8s/annotations.h"
 #include "store/registry_reference.h"
@@ -157,25 +158,8 @@ json ProgressPatch(std::string_view progress) {
 
 json RestoreEvent(const PlaceholderPod& pod, bool restored, const std::string& message, std::string_view node,
                   std::string_view now, std::string_view name_suffix) {
-  json involved = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", pod.namespace_name},
-                   {"name", pod.name},   {"uid", pod.uid}};
-  if (!pod.container.empty()) involved["fieldPath"] = fmt::format("spec.containers{{{}}}", pod.container);
-  // Object names are at most 253 characters.
-  std::string name = fmt::format("{}.{}", pod.name.substr(0, 252 - name_suffix.size()), name_suffix);
-  return {{"apiVersion", "v1"},
-          {"kind", "Event"},
-          {"metadata", {{"name", name}, {"namespace", pod.namespace_name}}},
-          {"involvedObject", involved},
-          {"reason", restored ? kReasonRestored : kReasonRestoreFailed},
-          {"message", Cut(message, 1024)},
-          {"type", restored ? "Normal" : "Warning"},
-          {"action", "Restore"},
-          {"source", {{"component", "gpusnap-agent"}, {"host", node}}},
-          {"reportingComponent", k8s::kEventReportingComponent},
-          {"reportingInstance", node},
-          {"firstTimestamp", now},
-          {"lastTimestamp", now},
-          {"count", 1}};
+  return PodEvent({pod.namespace_name, pod.name, pod.uid, pod.container}, restored ? kReasonRestored : kReasonRestoreFailed,
+                  !restored, "Restore", message, node, now, name_suffix);
 }
 
 std::string WorkloadNameForPod(std::string_view pod_name, std::string_view pod_uid) {

@@ -246,7 +246,8 @@ struct PlaceholderWatcher::Impl {
     request.source = *p.source;  // Decide sends only pods whose annotation parsed
     request.target_container = p.container_id;
     request.name = WorkloadNameForPod(p.name, p.uid);
-    auto started = service.StartRestore(request);
+    // A tenant's restore: its namespace's rules govern it (docs/SECURITY.md).
+    auto started = service.StartRestore(request, container::PodRef{p.namespace_name, p.name, p.container});
     if (auto* refused = std::get_if<Refused>(&started)) {
       if (!refused->job_id.empty()) {
         // Another job holds the snapshot or the container (a second pod

@@ -18,6 +18,7 @@
 
 #include "agent/server/bounded_server.h"
 #include "agent/service/pod_annotations.h"
+#include "agent/service/tenancy_source.h"
 #include "gpusnap/snapshot.h"
 #include "gpusnap/workload.h"
 #include "k8s/kubeconfig.h"
@@ -326,6 +327,13 @@ Result<std::unique_ptr<AgentServer>> AgentServer::Start(AgentOptions options) {
     kube = std::move(*client);
     o.service.pod = MakePodLookup(kube);
     o.service.patch_pod = MakePodPatcher(kube);
+    // Tenancy: the administrator's rules, and each namespace's own Secret.
+    o.service.tenancy = MakeTenancySource(o.tenancy_file, o.service.log);
+    if (auto rules = o.service.tenancy(); !rules.ok()) return rules.status();
+    o.service.namespace_credentials = MakeNamespaceCredentials(kube, RunDir() + "/agent");
+    o.service.warn_pod = MakePodWarner(kube, o.kube.node_name, o.service.log);
+  } else if (!o.tenancy_file.empty()) {
+    return Status::Error(Code::kInvalidArgument, "--tenancy is for --kube: tenants are Kubernetes namespaces");
   }
   GPUSNAP_ASSIGN_OR_RETURN(o.service.registry,
                            MakeRegistryAccess(o.registry, kube, RunDir() + "/agent", o.service.log));

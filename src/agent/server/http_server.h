@@ -19,7 +19,8 @@
 // (agent/kube/placeholder_watcher.h) from Start() until Serve() returns, reads a
 // pod's annotations when it checkpoints it and records the capture path on
 // it (agent/service/pod_annotations.h), and may take registry credentials from a
-// Secret (agent/service/registry_access.h).
+// Secret (agent/service/registry_access.h); the pods' namespaces are its
+// tenants (tenancy/tenancy.h, agent/service/service.h).
 //
 // Thread-safety: Stop() may be called from any thread.
 #pragma once
@@ -49,6 +50,7 @@ struct AgentOptions {
   size_t max_connections_per_peer = 4;   // TCP, served at once from one address; 0: no limit
   KubeOptions kube;                // the Kubernetes mode (agent/kube/placeholder_watcher.h)
   RegistrySettings registry;       // pulls and pushes (agent/service/registry_access.h)
+  std::string tenancy_file;        // for kube: the administrator's tenancy rules (agent/service/tenancy_source.h)
 };
 
 class AgentServer {

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 #include "agent/service/registry_access.h"
 #include "k8s/annotations.h"
 #include "snapshot/capture_path.h"
+#include "util/clock.h"
 
 namespace gpusnap::agent {
 
@@ -81,6 +84,7 @@ Result<CheckpointSettings> CheckpointSettingsFor(const CheckpointRequest& reques
 
   if (request.push_to.empty() && pod) {
     GPUSNAP_ASSIGN_OR_RETURN(s.push_to, PushToOfPod(*pod));
+    s.push_to_from_pod = !s.push_to.empty();
   } else {
     s.push_to = request.push_to;
   }
@@ -117,6 +121,29 @@ json CapturePathChosenPatch(CapturePath path, std::string_view reason) {
               {std::string(k8s::kAnnotationCapturePathReason), why}}}}}};
 }
 
+json PodEvent(const EventSubject& pod, std::string_view reason, bool warning, std::string_view action,
+              const std::string& message, std::string_view node, std::string_view now, std::string_view name_suffix) {
+  json involved = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"namespace", pod.namespace_name},
+                   {"name", pod.name},   {"uid", pod.uid}};
+  if (!pod.container.empty()) involved["fieldPath"] = fmt::format("spec.containers{{{}}}", pod.container);
+  // Object names are at most 253 characters.
+  std::string name = fmt::format("{}.{}", pod.name.substr(0, 252 - name_suffix.size()), name_suffix);
+  return {{"apiVersion", "v1"},
+          {"kind", "Event"},
+          {"metadata", {{"name", name}, {"namespace", pod.namespace_name}}},
+          {"involvedObject", involved},
+          {"reason", reason},
+          {"message", Cut(message, 1024)},
+          {"type", warning ? "Warning" : "Normal"},
+          {"action", action},
+          {"source", {{"component", "gpusnap-agent"}, {"host", node}}},
+          {"reportingComponent", k8s::kEventReportingComponent},
+          {"reportingInstance", node},
+          {"firstTimestamp", now},
+          {"lastTimestamp", now},
+          {"count", 1}};
+}
+
 std::function<Result<std::optional<json>>(const container::PodRef&)> MakePodLookup(
     std::shared_ptr<const k8s::KubeClient> kube) {
   return [kube](const container::PodRef& pod) -> Result<std::optional<json>> {
@@ -132,6 +159,25 @@ std::function<Status(const container::PodRef&, const json&)> MakePodPatcher(
   return [kube](const container::PodRef& pod, const json& patch) -> Status {
     return kube->MergePatch(fmt::format("/api/v1/namespaces/{}/pods/{}", pod.namespace_name, pod.name), patch)
         .status();
+  };
+}
+
+std::function<void(const container::PodRef&, const std::string&, const std::string&)> MakePodWarner(
+    std::shared_ptr<const k8s::KubeClient> kube, std::string node, std::function<void(const std::string&)> log) {
+  return [kube, node, log](const container::PodRef& pod, const std::string& reason, const std::string& message) {
+    std::string path = fmt::format("/api/v1/namespaces/{}/pods/{}", pod.namespace_name, pod.name);
+    auto object = kube->Get(path);
+    if (!object.ok()) {
+      log(fmt::format("pod {}/{}: no {} Event: {}", pod.namespace_name, pod.name, reason, object.status().ToString()));
+      return;
+    }
+    std::string uid = (*object)["metadata"].value("uid", "");
+    auto now = std::chrono::system_clock::now().time_since_epoch();
+    json event = PodEvent({pod.namespace_name, pod.name, uid, pod.container}, reason, true, "Checkpoint", message, node,
+                          NowRfc3339(),
+                          fmt::format("{:x}", std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+    if (auto posted = kube->Post(fmt::format("/api/v1/namespaces/{}/events", pod.namespace_name), event); !posted.ok())
+      log(fmt::format("pod {}/{}: no {} Event: {}", pod.namespace_name, pod.name, reason, posted.status().ToString()));
   };
 }
 

@@ -45,6 +45,7 @@ struct CheckpointSettings {
   std::vector<std::string> exclude;
   std::string image;
   std::string push_to;
+  bool push_to_from_pod = false;  // the pod's annotation named it: its namespace's rules govern it
 };
 
 // True when `request` leaves one of the settings above to its pod.
@@ -65,11 +66,29 @@ std::vector<std::string> SplitAnnotationList(std::string_view value);
 // The merge patch that records the checkpoint's choice on its pod.
 nlohmann::json CapturePathChosenPatch(CapturePath path, std::string_view reason);
 
+// The reason of the Warning Event on a pod whose gpusnap.io/push-to its
+// namespace may not use (docs/SECURITY.md).
+inline constexpr std::string_view kReasonPushRefused = "GpusnapPushRefused";
+
+// A core v1 Event the agent on `node` posts about a pod (its container
+// `container`, if named): `reason`, Normal or Warning. `now` is RFC 3339;
+// `name_suffix` makes the Event's name unique (hex digits).
+struct EventSubject {
+  std::string namespace_name, name, uid, container;
+};
+nlohmann::json PodEvent(const EventSubject& pod, std::string_view reason, bool warning, std::string_view action,
+                        const std::string& message, std::string_view node, std::string_view now,
+                        std::string_view name_suffix);
+
 // What ServiceOptions::pod asks for: the pod as the API server has it;
 // nullopt for a pod it does not know (a static pod's mirror, a test's
 // container), which asks for nothing.
 std::function<Result<std::optional<nlohmann::json>>(const container::PodRef&)> MakePodLookup(
     std::shared_ptr<const k8s::KubeClient> kube);
+// What ServiceOptions::warn_pod asks for: a Warning Event on the pod (its
+// uid read first), from the agent on `node`; best effort, what fails is logged.
+std::function<void(const container::PodRef&, const std::string&, const std::string&)> MakePodWarner(
+    std::shared_ptr<const k8s::KubeClient> kube, std::string node, std::function<void(const std::string&)> log);
 // What ServiceOptions::patch_pod asks for: a merge patch of the pod.
 std::function<Status(const container::PodRef&, const nlohmann::json&)> MakePodPatcher(
     std::shared_ptr<const k8s::KubeClient> kube);

@@ -19,6 +19,34 @@ using nlohmann::json;
 constexpr std::string_view kDockerConfigJsonType = "kubernetes.io/dockerconfigjson";
 constexpr const char* kDockerConfigJsonKey = ".dockerconfigjson";
 constexpr const char* kAuthFile = "registry-auth.json";
+constexpr std::string_view kOpaqueType = "Opaque";
+// A namespace that opts in without credentials pulls and pushes anonymously.
+constexpr std::string_view kNoCredentials = R"({"auths":{}})";
+
+std::string SecretType(const json& secret) {
+  return secret.contains("type") && secret["type"].is_string() ? secret["type"].get<std::string>() : "";
+}
+
+// The Secret's data `.dockerconfigjson` when it is a string, else null.
+const json* DockerConfigData(const json& secret) {
+  auto data = secret.find("data");
+  if (data == secret.end() || !data->is_object()) return nullptr;
+  auto config = data->find(kDockerConfigJsonKey);
+  return config != data->end() && config->is_string() ? &*config : nullptr;
+}
+
+// A `.dockerconfigjson` value: base64 of a JSON object. Errors name the
+// Secret, never what it holds.
+Result<std::string> DecodeDockerConfig(const json& encoded, std::string_view name) {
+  auto bytes = k8s::Base64Decode(encoded.get<std::string>());
+  if (!bytes.ok())
+    return Status::Error(Code::kInvalidArgument, "{}: its `{}` is not base64", name, kDockerConfigJsonKey);
+  json config = json::parse(*bytes, nullptr, false);
+  if (!config.is_object())
+    return Status::Error(Code::kInvalidArgument, "{}: its `{}` is not a JSON object (a docker config.json)", name,
+                         kDockerConfigJsonKey);
+  return std::move(bytes).value();
+}
 
 // The Secret, read again before each transfer and written where the
 // registry client reads credentials.
@@ -68,6 +96,38 @@ class SecretCredentials {
   std::string last_ GUARDED_BY(mu_);
 };
 
+// The namespaces' Secrets, each read at each use and written where the
+// registry client reads credentials. One lock: two jobs of a namespace write
+// its file in turn.
+class NamespaceSecrets {
+ public:
+  NamespaceSecrets(std::shared_ptr<const k8s::KubeClient> kube, std::string dir)
+      : kube_(std::move(kube)), dir_(std::move(dir)) {}
+
+  Result<NamespaceCredentials> Read(const std::string& ns) EXCLUDES(mu_) {
+    std::string what = fmt::format("Secret {}/{}", ns, kNamespaceSecret);
+    auto secret = kube_->Get(fmt::format("/api/v1/namespaces/{}/secrets/{}", ns, kNamespaceSecret));
+    if (!secret.ok() && secret.status().code() == Code::kNotFound)
+      return Status::Error(Code::kPermissionDenied,
+                           "namespace `{}` has not opted in to gpusnap: it has no Secret `{}` (docs/KUBERNETES.md, "
+                           "\"A namespace opts in\")",
+                           ns, kNamespaceSecret);
+    if (!secret.ok()) return secret.status().Wrap("reading " + what);
+    NamespaceCredentials out;
+    GPUSNAP_ASSIGN_OR_RETURN(out.docker_config, NamespaceDockerConfig(*secret, what));
+    out.file = fmt::format("{}/{}.json", dir_, ns);
+    MutexLock lock(mu_);
+    GPUSNAP_RETURN_IF_ERROR(MakeDirs(dir_, 0700));
+    GPUSNAP_RETURN_IF_ERROR(WriteFileAtomic(out.file, out.docker_config, 0600));
+    return out;
+  }
+
+ private:
+  std::shared_ptr<const k8s::KubeClient> kube_;
+  std::string dir_;
+  Mutex mu_;
+};
+
 }  // namespace
 
 Result<std::pair<std::string, std::string>> ParseSecretName(std::string_view text) {
@@ -81,21 +141,24 @@ Result<std::pair<std::string, std::string>> ParseSecretName(std::string_view tex
 
 Result<std::string> DockerConfigOfSecret(const json& secret, std::string_view name) {
   if (!secret.is_object()) return Status::Error(Code::kInvalidArgument, "{} is not an object", name);
-  std::string type = secret.contains("type") && secret["type"].is_string() ? secret["type"].get<std::string>() : "";
+  std::string type = SecretType(secret);
   if (type != kDockerConfigJsonType)
     return Status::Error(Code::kInvalidArgument, "{} has type `{}`, not {}", name, type, kDockerConfigJsonType);
-  auto data = secret.find("data");
-  if (data == secret.end() || !data->is_object() || !data->contains(kDockerConfigJsonKey) ||
-      !(*data)[kDockerConfigJsonKey].is_string())
-    return Status::Error(Code::kInvalidArgument, "{} has no data `{}`", name, kDockerConfigJsonKey);
-  auto bytes = k8s::Base64Decode((*data)[kDockerConfigJsonKey].get<std::string>());
-  if (!bytes.ok())
-    return Status::Error(Code::kInvalidArgument, "{}: its `{}` is not base64", name, kDockerConfigJsonKey);
-  json config = json::parse(*bytes, nullptr, false);
-  if (!config.is_object())
-    return Status::Error(Code::kInvalidArgument, "{}: its `{}` is not a JSON object (a docker config.json)", name,
-                         kDockerConfigJsonKey);
-  return std::move(bytes).value();
+  const json* config = DockerConfigData(secret);
+  if (config == nullptr) return Status::Error(Code::kInvalidArgument, "{} has no data `{}`", name, kDockerConfigJsonKey);
+  return DecodeDockerConfig(*config, name);
+}
+
+Result<std::string> NamespaceDockerConfig(const json& secret, std::string_view name) {
+  if (!secret.is_object()) return Status::Error(Code::kInvalidArgument, "{} is not an object", name);
+  std::string type = SecretType(secret);
+  if (type == kDockerConfigJsonType) return DockerConfigOfSecret(secret, name);
+  if (type != kOpaqueType)
+    return Status::Error(Code::kInvalidArgument, "{} has type `{}`, not {} or {}", name, type, kDockerConfigJsonType,
+                         kOpaqueType);
+  const json* config = DockerConfigData(secret);
+  if (config == nullptr) return std::string(kNoCredentials);
+  return DecodeDockerConfig(*config, name);
 }
 
 Result<std::string> PushToOfPod(const json& pod) {
@@ -134,6 +197,12 @@ Result<std::function<Result<RegistryAccess>()>> MakeRegistryAccess(const Registr
     GPUSNAP_ASSIGN_OR_RETURN(a.credentials_file, secret->Refresh());
     return a;
   });
+}
+
+std::function<Result<NamespaceCredentials>(const std::string&)> MakeNamespaceCredentials(
+    std::shared_ptr<const k8s::KubeClient> kube, const std::string& run_dir) {
+  auto secrets = std::make_shared<NamespaceSecrets>(std::move(kube), run_dir + "/namespaces");
+  return [secrets](const std::string& ns) { return secrets->Read(ns); };
 }
 
 }  // namespace gpusnap::agent

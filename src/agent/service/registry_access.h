@@ -12,6 +12,15 @@
 // file as it was, and says so in the log. The credentials themselves are
 // never logged nor put in an error.
 //
+// Those are the administrator's: they serve the API's callers, and a
+// namespace only where the tenancy configuration maps them to it
+// (tenancy/tenancy.h). A namespace's pods pull and push with the credentials
+// of the namespace's own Secret `gpusnap`, which is also how a namespace opts
+// in to gpusnap (docs/KUBERNETES.md, "A namespace opts in"): read through the
+// API server at each use, its docker config written to
+// <run dir>/agent/namespaces/<namespace>.json (mode 0600), which the registry
+// client reads.
+//
 // A pod's gpusnap.io/push-to (k8s/annotations.h) is checked as a registry
 // reference (agent/service/pod_annotations.h reads it with the pod's other settings).
 #pragma once
@@ -42,6 +51,31 @@ Result<std::pair<std::string, std::string>> ParseSecretName(std::string_view tex
 // kubernetes.io/dockerconfigjson and its `.dockerconfigjson` base64 of a JSON
 // object. Errors name the Secret (`name`), never its content.
 Result<std::string> DockerConfigOfSecret(const nlohmann::json& secret, std::string_view name);
+
+// The Secret a namespace creates to opt in, and whose credentials its pods'
+// pulls and pushes use.
+inline constexpr std::string_view kNamespaceSecret = "gpusnap";
+
+// Pure. The docker config.json of a namespace's Secret: the
+// `.dockerconfigjson` of one of type kubernetes.io/dockerconfigjson, or of an
+// Opaque one, which may have none (the namespace opts in without
+// credentials: `{"auths":{}}`). Errors name the Secret, never its content.
+Result<std::string> NamespaceDockerConfig(const nlohmann::json& secret, std::string_view name);
+
+// A namespace's credentials: its Secret's docker config, and the file of
+// mode 0600 that holds it for the registry client.
+struct NamespaceCredentials {
+  std::string docker_config;
+  std::string file;
+};
+
+// What ServiceOptions::namespace_credentials asks for: Secret
+// <namespace>/gpusnap read through `kube` at each call and written to
+// <run_dir>/namespaces/<namespace>.json (the directories made with mode
+// 0700). kPermissionDenied when the namespace has none: it has not opted in.
+// Thread-safe.
+std::function<Result<NamespaceCredentials>(const std::string&)> MakeNamespaceCredentials(
+    std::shared_ptr<const k8s::KubeClient> kube, const std::string& run_dir);
 
 // Pure. A pod's gpusnap.io/push-to annotation: empty when it has none; a
 // value that is not a registry reference is kInvalidArgument, quoting it.

@@ -55,6 +55,35 @@ TEST(AgentRegistryAccess, SecretsThatAreNoDockerConfigAreRefusedWithoutTheirCont
   EXPECT_NE(DockerConfigOfSecret(not_base64, "S").status().message().find("not base64"), std::string::npos);
 }
 
+TEST(AgentRegistryAccess, ANamespacesOptInSecretOfEitherTypeWithOrWithoutCredentials) {
+  std::string config = R"({"auths": {"127.0.0.1:5000": {"auth": "dTpw"}}})";
+  auto docker = NamespaceDockerConfig(Secret("kubernetes.io/dockerconfigjson", config), "Secret ml/gpusnap");
+  ASSERT_TRUE(docker.ok()) << docker.status().message();
+  EXPECT_EQ(*docker, config);
+  auto opaque = NamespaceDockerConfig(Secret("Opaque", config), "Secret ml/gpusnap");
+  ASSERT_TRUE(opaque.ok()) << opaque.status().message();
+  EXPECT_EQ(*opaque, config);
+  // An Opaque Secret without a docker config opts in with no credentials.
+  json bare = {{"apiVersion", "v1"}, {"kind", "Secret"}, {"type", "Opaque"}};
+  auto none = NamespaceDockerConfig(bare, "Secret ml/gpusnap");
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  EXPECT_EQ(json::parse(*none), json({{"auths", json::object()}}));
+  // A dockerconfigjson needs its data; other types, and data that is no config, are refused unquoted.
+  json no_data = Secret("kubernetes.io/dockerconfigjson", "{}");
+  no_data.erase("data");
+  EXPECT_NE(NamespaceDockerConfig(no_data, "S").status().message().find("has no data `.dockerconfigjson`"),
+            std::string::npos);
+  auto tls = NamespaceDockerConfig(Secret("kubernetes.io/tls", config), "Secret ml/gpusnap");
+  ASSERT_FALSE(tls.ok());
+  EXPECT_NE(tls.status().message().find("has type `kubernetes.io/tls`, not kubernetes.io/dockerconfigjson or Opaque"),
+            std::string::npos)
+      << tls.status().message();
+  std::string secret_text = "hunter2-very-secret";
+  auto not_json = NamespaceDockerConfig(Secret("Opaque", secret_text), "Secret ml/gpusnap");
+  ASSERT_FALSE(not_json.ok());
+  EXPECT_EQ(not_json.status().message().find(secret_text), std::string::npos);
+}
+
 TEST(AgentRegistryAccess, APodsPushTo) {
   json pod = {{"metadata", {{"name", "p"}, {"annotations", {{"gpusnap.io/push-to", "127.0.0.1:5000/ml/p:warm"}}}}}};
   auto r = PushToOfPod(pod);

@@ -13,6 +13,7 @@
 #include "container/cgroup.h"
 #include "gpusnap/operations.h"
 #include "gpusnap/workload.h"
+#include "k8s/annotations.h"
 #include "proc/proc.h"
 #include "snapshot/placeholder.h"
 #include "util/clock.h"
@@ -43,6 +44,13 @@ std::string JobsAre(const std::vector<std::string>& ids) {
   std::string list;
   for (const auto& id : ids) list += (list.empty() ? "" : ", ") + id;
   return fmt::format("jobs {} are", list);
+}
+
+// Whether pod `pod` may have `meta` restored into it: the one check of a
+// placeholder's snapshot, when its job starts and on what the restore reads.
+Status MayRestoreInto(const container::PodRef& pod, const SnapshotMeta& meta, const tenancy::TenancyConfig& config) {
+  return tenancy::MayRestore(meta.owner, pod.namespace_name, config)
+      .Wrap(fmt::format("pod {}/{} may not restore snapshot `{}`", pod.namespace_name, pod.name, meta.id));
 }
 
 }  // namespace
@@ -176,9 +184,31 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   if (store_.Load(job.snapshot).ok())
     return Refuse(409, fmt::format("snapshot `{}` already exists", job.snapshot));
   std::optional<container::PodRef> pod = PodOf(request, container_id);
+  // A pod's namespace must have opted in before anything of it is dumped.
+  std::optional<Tenant> tenant;
+  if (pod) {
+    auto of = TenantOf(pod->namespace_name);
+    if (!of.ok())
+      return Refused{FromStatus(of.status().Wrap(fmt::format("pod {}/{}", pod->namespace_name, pod->name))), ""};
+    tenant = std::move(*of);
+  }
   auto settings = SettingsFor(request, pod);
   if (!settings.ok()) return Refused{FromStatus(settings.status()), ""};
+  // The pod's push-to is its namespace's to use, with its credentials; the
+  // request's is the administrator's.
+  std::optional<RegistryAccess> push_access;
   if (!settings->push_to.empty()) {
+    if (tenant && settings->push_to_from_pod) {
+      auto ref = ParseRegistryReference(settings->push_to);  // checked by PushToOfPod: cannot fail here
+      auto access = ref.ok() ? TenantAccess(*tenant, *ref) : Result<RegistryAccess>(ref.status());
+      if (!access.ok()) {
+        Status refused = access.status().Wrap(fmt::format("pod {}/{}: annotation {} `{}` refused", pod->namespace_name,
+                                                          pod->name, k8s::kAnnotationPushTo, settings->push_to));
+        if (options_.warn_pod) options_.warn_pod(*pod, std::string(kReasonPushRefused), refused.message());
+        return Refused{FromStatus(refused), ""};
+      }
+      push_access = std::move(*access);
+    }
     job.transfer.emplace();
     job.transfer->reference = settings->push_to;
   }
@@ -197,7 +227,8 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   o.caches = settings->caches;
   o.exclude = settings->exclude;
   o.image = settings->image;
-  return Launch(std::move(job), [this, o, pod, from = settings->capture_path_from](Job& running) mutable
+  if (pod) o.owner = SnapshotOwner{pod->namespace_name, pod->name};
+  return Launch(std::move(job), [this, o, pod, push_access, from = settings->capture_path_from](Job& running) mutable
                     -> Status {
     std::string id = running.id;
     o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };
@@ -217,13 +248,12 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
                              chosen.requested, from, chosen.reason.empty() ? "" : ": " + chosen.reason));
     if (pod) RecordCapturePathOnPod(id, *pod, meta->capture_path);
     if (!running.transfer) return Status::Ok();
-    return PushSnapshot(id, meta->id, running.transfer->reference);
+    return PushSnapshot(id, meta->id, running.transfer->reference, push_access);
   });
 }
 
 std::optional<container::PodRef> Service::PodOf(const CheckpointRequest& request,
                                                 const std::string& container_id) const {
-  if (!options_.pod && !options_.patch_pod) return std::nullopt;
   if (request.pod) return request.pod;
   if (container_id.empty()) return std::nullopt;
   auto named = container::KubeletContainers(options_.kubelet_log_dir);
@@ -253,12 +283,13 @@ void Service::RecordCapturePathOnPod(const std::string& id, const container::Pod
                              st.ToString()));
 }
 
-Status Service::PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) {
+Status Service::PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference,
+                             const std::optional<RegistryAccess>& tenant_access) {
   // The snapshot is published whatever becomes of the push.
   auto failed = [&](const Status& st) {
     return st.Wrap(fmt::format("snapshot `{}` is in the store; pushing it to `{}` failed", snapshot, reference));
   };
-  auto access = Access();
+  auto access = tenant_access ? Result<RegistryAccess>(*tenant_access) : Access();
   if (!access.ok()) return failed(access.status());
   // Checked when the request or the pod named it (request.cc, PushToOfPod); kept as text in the job.
   auto ref = ParseRegistryReference(reference);
@@ -285,6 +316,27 @@ Result<RegistryAccess> Service::Access() const {
   return options_.registry();
 }
 
+Result<std::optional<Service::Tenant>> Service::TenantOf(const std::string& namespace_name) const {
+  if (!options_.tenancy || !options_.namespace_credentials) return std::optional<Tenant>();
+  Tenant tenant;
+  tenant.namespace_name = namespace_name;
+  GPUSNAP_ASSIGN_OR_RETURN(tenant.credentials, options_.namespace_credentials(namespace_name));
+  GPUSNAP_ASSIGN_OR_RETURN(tenant.config, options_.tenancy());
+  return std::optional<Tenant>(std::move(tenant));
+}
+
+Result<RegistryAccess> Service::TenantAccess(const Tenant& tenant, const RegistryReference& reference) const {
+  GPUSNAP_ASSIGN_OR_RETURN(
+      auto source, tenancy::CredentialsToUse(reference, tenant.namespace_name, tenant.credentials.docker_config,
+                                             fmt::format("Secret {}/{}", tenant.namespace_name, kNamespaceSecret),
+                                             tenant.config));
+  // The agent's settings either way (its CA, plain HTTP, timeouts); its
+  // credentials only where the administrator lets them serve the namespace.
+  GPUSNAP_ASSIGN_OR_RETURN(RegistryAccess access, Access());
+  if (source == tenancy::CredentialsSource::kNamespace) access.credentials_file = tenant.credentials.file;
+  return access;
+}
+
 RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request) const {
   RestoreOptions o;
   o.source = request.source;
@@ -299,10 +351,29 @@ RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request) const {
   return o;
 }
 
-std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& request) {
+std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& request,
+                                                      const std::optional<container::PodRef>& for_pod) {
   // Refused now, before any job: what the restore refuses whatever the snapshot.
   RestoreOptions o = RestoreOptionsFor(request);
   if (Status st = CheckRestoreOptions(o); !st.ok()) return Refused{FromStatus(st), ""};
+  // A placeholder's: its namespace must have opted in, and may pull only from
+  // its repositories, with its credentials; refused before anything is pulled.
+  std::optional<Tenant> tenant;
+  std::string which = for_pod ? fmt::format("pod {}/{}", for_pod->namespace_name, for_pod->name) : "";
+  if (for_pod) {
+    auto of = TenantOf(for_pod->namespace_name);
+    if (!of.ok()) return Refused{FromStatus(of.status().Wrap(which)), ""};
+    tenant = std::move(*of);
+  }
+  if (tenant && request.source.from_registry()) {
+    auto access = TenantAccess(*tenant, *request.source.reference);
+    if (!access.ok())
+      return Refused{FromStatus(access.status().Wrap(fmt::format("{}: {} `{}` refused", which,
+                                                                 k8s::kAnnotationRestoreFrom,
+                                                                 request.source.ToString()))),
+                     ""};
+    o.registry = std::move(*access);
+  }
   // Into a container: refused now (404, 409) unless it is an idle placeholder;
   // the restore checks again when it starts.
   if (!request.target_container.empty()) {
@@ -327,6 +398,8 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
   } else {
     auto meta = store_.Load(request.source.id);
     if (!meta.ok()) return Refused{FromStatus(meta.status()), ""};
+    if (tenant)
+      if (Status st = MayRestoreInto(*for_pod, *meta, tenant->config); !st.ok()) return Refused{FromStatus(st), ""};
     job.restored_name = RestoredWorkloadName(*meta, request.name);
     // Into a container: one job at a time for it, capture or restore.
     job.lock_key = o.into_container.empty() ? "workload:" + job.restored_name : "container:" + o.into_container;
@@ -334,7 +407,8 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
     job.snapshot = meta->id;
     job.bytes_total = meta->total_bytes;
   }
-  return Launch(std::move(job), [this, o](Job& running) { return RunRestore(running.id, o); });
+  return Launch(std::move(job),
+                [this, o, tenant, for_pod](Job& running) { return RunRestore(running.id, o, tenant, for_pod); });
 }
 
 size_t Service::StandbyWorkloads() const {
@@ -410,9 +484,11 @@ Result<SnapshotMeta> Service::HoldSnapshot(const std::string& id, const std::str
   return meta;
 }
 
-Status Service::RunRestore(const std::string& id, RestoreOptions o) {
+Status Service::RunRestore(const std::string& id, RestoreOptions o, const std::optional<Tenant>& tenant,
+                           const std::optional<container::PodRef>& pod) {
   bool pulls = o.source.from_registry();
-  if (pulls) {
+  // A tenant's pull has its access already (StartRestore); the API's caller's is the agent's.
+  if (pulls && !tenant) {
     GPUSNAP_ASSIGN_OR_RETURN(o.registry, Access());
   }
   o.progress = [this, id, pulls](const ProgressEvent& e) {
@@ -422,10 +498,15 @@ Status Service::RunRestore(const std::string& id, RestoreOptions o) {
     // The restore's fault-injection points for the crash tests.
     if (e.done) PauseIfRequested("restore-" + e.phase);
   };
-  // A reference's snapshot is known once its files are in: held from then on
-  // (a snapshot of the store the job held when it started).
-  if (pulls)
-    o.on_source_opened = [this, id, asked = o.name](const SnapshotMeta& meta) -> Status {
+  // The metadata the restore reads, before CRIU runs: whether the pod's
+  // namespace may restore it (a reference's is known only now; a snapshot of
+  // the store is checked again, as the restore reads it). A reference's
+  // snapshot is held from then on (a snapshot of the store the job held when
+  // it started).
+  if (pulls || tenant)
+    o.on_source_opened = [this, id, pulls, tenant, pod, asked = o.name](const SnapshotMeta& meta) -> Status {
+      if (tenant) GPUSNAP_RETURN_IF_ERROR(MayRestoreInto(*pod, meta, tenant->config));
+      if (!pulls) return Status::Ok();
       GPUSNAP_RETURN_IF_ERROR(MarkSnapshotInUse(id, meta.id));
       MutexLock lock(mu_);
       Job& job = jobs_.at(id);

@@ -33,6 +33,18 @@
 // a checkpoint with `push_to` (or whose pod names one) pushes its snapshot
 // once published (phase "push"). The job's `transfer` shows either as it goes.
 //
+// Tenancy (docs/SECURITY.md; with --kube, when both `tenancy` and
+// `namespace_credentials` are set): a pod's namespace must have opted in (its
+// Secret gpusnap) before the agent dumps the pod or restores into it; a
+// placeholder restores only what tenancy::MayRestore allows, checked when the
+// job starts (a snapshot of the store) and again once the restore has read
+// the snapshot's metadata (a reference's, once its files are pulled), before
+// CRIU runs; a pod's gpusnap.io/restore-from and gpusnap.io/push-to name only
+// repositories tenancy::RepositoryAllowed gives its namespace, reached with
+// the credentials tenancy::CredentialsToUse picks. A request's own pushTo is
+// the administrator's: the agent's credentials. A checkpoint records the pod
+// it took as the snapshot's owner (gpusnap.json `owner`).
+//
 // Capture path: a checkpoint asks for the request's, else its pod's
 // annotation, else auto; the job records what the checkpoint chose and why,
 // and so does the pod (agent/service/pod_annotations.h). A restore records the path
@@ -57,10 +69,12 @@
 #include "agent/service/job.h"
 #include "agent/service/metrics.h"
 #include "agent/service/pod_annotations.h"
+#include "agent/service/registry_access.h"
 #include "container/containers.h"
 #include "gpusnap/operations.h"
 #include "gpusnap/status.h"
 #include "store/store.h"
+#include "tenancy/tenancy.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
 
@@ -85,6 +99,15 @@ struct ServiceOptions {
   // A merge patch of a pod: where a checkpoint records its capture path.
   // Unset: pods are not written.
   std::function<Status(const container::PodRef&, const nlohmann::json&)> patch_pod;
+  // The administrator's tenancy configuration, read at each use
+  // (agent/service/tenancy_source.h). Unset: no tenancy (no Kubernetes).
+  std::function<Result<tenancy::TenancyConfig>()> tenancy;
+  // A namespace's opt-in Secret (agent/service/registry_access.h):
+  // kPermissionDenied when it has none. Unset: no tenancy.
+  std::function<Result<NamespaceCredentials>(const std::string& namespace_name)> namespace_credentials;
+  // A Warning Event on a pod: what the agent refused of it (a push-to its
+  // namespace may not use). Unset: none is posted.
+  std::function<void(const container::PodRef&, const std::string& reason, const std::string& message)> warn_pod;
   // The operations. Unset: the library's Checkpoint and Restore.
   std::function<Result<SnapshotMeta>(const CheckpointOptions&)> checkpoint;
   std::function<Result<RestoreResult>(const RestoreOptions&)> restore;
@@ -108,7 +131,11 @@ class Service {
   ~Service() EXCLUDES(mu_);
 
   std::variant<Accepted, Refused> StartCheckpoint(const CheckpointRequest& request) EXCLUDES(mu_);
-  std::variant<Accepted, Refused> StartRestore(const RestoreRequest& request) EXCLUDES(mu_);
+  // `for_pod`: a placeholder pod's restore, which its namespace's tenancy
+  // rules govern (above); unset: the API's caller, an administrator.
+  std::variant<Accepted, Refused> StartRestore(const RestoreRequest& request,
+                                               const std::optional<container::PodRef>& for_pod = std::nullopt)
+      EXCLUDES(mu_);
   // A standby's wake (docs/STANDBY.md): 404 for no such workload, 409 for
   // one that is not a standby (running, exited) or that a job acts on.
   std::variant<Accepted, Refused> StartWake(const WakeRequest& request) EXCLUDES(mu_);
@@ -147,7 +174,21 @@ class Service {
   // The restore itself, through Restore (gpusnap/operations.h) as every
   // front door: a snapshot of the store held since the job started, or a
   // reference's, pulled as it restores and held once its files are in.
-  Status RunRestore(const std::string& id, RestoreOptions o) EXCLUDES(mu_);
+  // What a namespace's pods may do (the configuration read now), and its
+  // credentials; unset when the agent has no tenancy.
+  struct Tenant {
+    std::string namespace_name;
+    tenancy::TenancyConfig config;
+    NamespaceCredentials credentials;
+  };
+  // The namespace's: kPermissionDenied when it has not opted in; the
+  // configuration's error when it is bad.
+  Result<std::optional<Tenant>> TenantOf(const std::string& namespace_name) const;
+  // How a tenant reaches `reference`: refused where its namespace may not use
+  // it; its own credentials, or the agent's where the configuration allows.
+  Result<RegistryAccess> TenantAccess(const Tenant& tenant, const RegistryReference& reference) const;
+  Status RunRestore(const std::string& id, RestoreOptions o, const std::optional<Tenant>& tenant,
+                    const std::optional<container::PodRef>& pod) EXCLUDES(mu_);
   // Job `id` reads `snapshot` from now on, once no checkpoint writes it
   // (waiting up to the operation timeout; other readers do not matter);
   // kFailedPrecondition while it is being deleted.
@@ -166,9 +207,9 @@ class Service {
   std::optional<Refused> SnapshotConflict(const Job& job) const REQUIRES(mu_);
   // Job `id` no longer uses `snapshot`.
   void LeaveSnapshot(const std::string& snapshot, const std::string& id) REQUIRES(mu_);
-  // The pod a checkpoint's settings come from and its choice is recorded on:
-  // the request's pod, else the pod of the container the kubelet's log links
-  // name; none when the agent neither reads nor writes pods.
+  // The pod a checkpoint takes (its snapshot's owner), whose settings it
+  // reads and on which its choice is recorded: the request's pod, else the
+  // pod of the container the kubelet's log links name, else none.
   std::optional<container::PodRef> PodOf(const CheckpointRequest& request, const std::string& container_id) const;
   // The request's settings, else the pod's annotations (read only when the
   // request leaves something to them), else the defaults.
@@ -177,7 +218,9 @@ class Service {
   // Best effort: the checkpoint is done whatever the API server answers.
   void RecordCapturePathOnPod(const std::string& id, const container::PodRef& pod,
                               const CapturePathRecord& chosen) const;
-  Status PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference) EXCLUDES(mu_);
+  // `access`: a tenant's (TenantAccess); unset: the agent's own.
+  Status PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference,
+                      const std::optional<RegistryAccess>& access) EXCLUDES(mu_);
   Result<RegistryAccess> Access() const;
   // What every restore this agent runs shares (the store, the bundle, its
   // CRIU config, the timeout) and what the request asks (the source, the

@@ -13,6 +13,8 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <future>
 #include <filesystem>
 #include <thread>
@@ -21,6 +23,7 @@
 #include "proc/proc.h"
 #include "store/meta_testing.h"
 #include "util/files.h"
+#include "tenancy/tenancy.h"
 #include "util/temp_dir_testing.h"
 
 namespace gpusnap::agent {
@@ -110,10 +113,35 @@ class AgentServiceTest : public ::testing::Test {
     return job.ok() ? *job : Job{};
   }
 
-  void Publish(const std::string& id) {
+  void Publish(const std::string& id, std::optional<SnapshotOwner> owner = std::nullopt) {
     std::string dir = options_.store + "/snapshots/" + id;
     ASSERT_TRUE(MakeDirs(dir).ok());
-    ASSERT_TRUE(WriteFileAtomic(dir + "/gpusnap.json", SnapshotMetaToJson(BarePidMeta(id))).ok());
+    SnapshotMeta meta = BarePidMeta(id);
+    meta.owner = std::move(owner);
+    ASSERT_TRUE(WriteFileAtomic(dir + "/gpusnap.json", SnapshotMetaToJson(meta)).ok());
+  }
+
+  // Tenancy as --kube gives it: `config` the administrator's file, and the
+  // namespaces that have opted in with their Secrets' docker configs.
+  void Tenancy(const std::string& config, std::map<std::string, std::string> opted_in) {
+    options_.tenancy = [config] { return tenancy::ParseTenancyConfig(config, "tenancy.json"); };
+    options_.namespace_credentials = [this, opted_in](const std::string& ns) -> Result<NamespaceCredentials> {
+      auto it = opted_in.find(ns);
+      if (it == opted_in.end())
+        return Status::Error(Code::kPermissionDenied, "namespace `{}` has not opted in to gpusnap", ns);
+      return NamespaceCredentials{it->second, root_ + "/ns-" + ns + ".json"};
+    };
+  }
+
+  static const ApiError& RefusalOf(const std::variant<Accepted, Refused>& started) {
+    static const ApiError kNone{0, "accepted"};
+    auto* refused = std::get_if<Refused>(&started);
+    return refused ? refused->error : kNone;
+  }
+  // `started` was refused by a rule (403), saying exactly `message`.
+  static void ExpectForbidden(const std::variant<Accepted, Refused>& started, const std::string& message) {
+    EXPECT_EQ(RefusalOf(started).http_status, 403) << RefusalOf(started).message;
+    EXPECT_EQ(RefusalOf(started).message, message);
   }
 
   std::string root_;
@@ -469,6 +497,130 @@ TEST_F(AgentServiceTest, NoJobStartsOnASnapshotBeingDeleted) {
       << std::get<Refused>(started).error.message;
   EXPECT_TRUE(deleted.ok()) << deleted.ToString();
   EXPECT_EQ(held.inside, 0);
+}
+
+// ------------------------------------------------------------------ tenancy
+
+RestoreRequest RestoreOf(const std::string& snapshot) {
+  RestoreRequest request;
+  request.source = *ParseSnapshotRef(snapshot);
+  request.name = "w";
+  return request;
+}
+
+const container::PodRef kPodOfB{"team-b", "vllm-restored", "vllm"};
+
+TEST_F(AgentServiceTest, APodRestoresItsOwnNamespacesSnapshotsAndOthersOnlyAsAllowed) {
+  std::atomic<int> restores{0};
+  options_.restore = [&restores](const RestoreOptions&) -> Result<RestoreResult> {
+    ++restores;
+    return RestoreResult{};
+  };
+  Tenancy(R"({"namespaces": {"team-b": {"restoreFrom": ["shared"]}}})", {{"team-b", "{}"}});
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  Publish("of-a", SnapshotOwner{"team-a", "vllm-0"});
+  Publish("of-b", SnapshotOwner{"team-b", "vllm-0"});
+  Publish("of-shared", SnapshotOwner{"shared", "llama-0"});
+  Publish("of-nobody");
+
+  ExpectForbidden((*service)->StartRestore(RestoreOf("of-a"), kPodOfB),
+                  "pod team-b/vllm-restored may not restore snapshot `of-a`: the snapshot belongs to namespace "
+                  "`team-a`, and the administrator's tenancy configuration does not let namespace `team-b` restore "
+                  "its snapshots (restoreFrom)");
+  auto unowned = (*service)->StartRestore(RestoreOf("of-nobody"), kPodOfB);
+  EXPECT_EQ(RefusalOf(unowned).http_status, 403);
+  EXPECT_NE(RefusalOf(unowned).message.find("belongs to no namespace"), std::string::npos) << RefusalOf(unowned).message;
+  EXPECT_EQ(restores, 0);
+  EXPECT_TRUE((*service)->ListJobs().empty());
+
+  EXPECT_EQ(Finished(**service, (*service)->StartRestore(RestoreOf("of-b"), kPodOfB)).state, JobState::kSucceeded);
+  EXPECT_EQ(Finished(**service, (*service)->StartRestore(RestoreOf("of-shared"), kPodOfB)).state,
+            JobState::kSucceeded);
+  // The API's callers are the administrators: no namespace's rules apply.
+  EXPECT_EQ(Finished(**service, (*service)->StartRestore(RestoreOf("of-a"))).state, JobState::kSucceeded);
+  EXPECT_EQ(restores, 3);
+}
+
+TEST_F(AgentServiceTest, TheOwnerIsCheckedAgainOnTheMetadataTheRestoreReads) {
+  // The snapshot the job started with was team-b's; the one the restore
+  // opens (a reference's, or one replaced meanwhile) is team-a's.
+  options_.restore = [](const RestoreOptions& o) -> Result<RestoreResult> {
+    SnapshotMeta opened = BarePidMeta("of-b");
+    opened.owner = SnapshotOwner{"team-a", "vllm-0"};
+    if (!o.on_source_opened) return Status::Error(Code::kInternal, "no check on the metadata opened");
+    GPUSNAP_RETURN_IF_ERROR(o.on_source_opened(opened));
+    return RestoreResult{};
+  };
+  Tenancy("{}", {{"team-b", "{}"}});
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  Publish("of-b", SnapshotOwner{"team-b", "vllm-0"});
+  Job job = Finished(**service, (*service)->StartRestore(RestoreOf("of-b"), kPodOfB));
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_NE(job.error.find("pod team-b/vllm-restored may not restore snapshot `of-b`: the snapshot belongs to "
+                           "namespace `team-a`"),
+            std::string::npos)
+      << job.error;
+}
+
+TEST_F(AgentServiceTest, ANamespaceThatHasNotOptedInIsRefusedBeforeAnything) {
+  std::atomic<int> restores{0};
+  options_.restore = [&restores](const RestoreOptions&) -> Result<RestoreResult> {
+    ++restores;
+    return RestoreResult{};
+  };
+  Tenancy(R"({"namespaces": {"team-b": {"repositories": ["127.0.0.1:5000/team-b"]}}})", {});
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  Publish("of-b", SnapshotOwner{"team-b", "vllm-0"});
+  for (const char* from : {"of-b", "127.0.0.1:5000/team-b/vllm:warm"})
+    ExpectForbidden((*service)->StartRestore(RestoreOf(from), kPodOfB),
+                    "pod team-b/vllm-restored: namespace `team-b` has not opted in to gpusnap");
+  EXPECT_EQ(restores, 0);
+}
+
+TEST_F(AgentServiceTest, APodPullsOnlyFromItsRepositoriesWithItsOwnCredentials) {
+  std::vector<RestoreOptions> seen;
+  std::mutex mu;
+  options_.restore = [&](const RestoreOptions& o) -> Result<RestoreResult> {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(o);
+    return RestoreResult{};
+  };
+  const std::string agents = root_ + "/agent-auth.json";
+  options_.registry = [agents]() -> Result<RegistryAccess> {
+    RegistryAccess a;
+    a.credentials_file = agents;
+    a.ca_file = "/etc/registry-ca.pem";
+    return a;
+  };
+  Tenancy(R"({"namespaces": {"team-b": {"repositories": ["127.0.0.1:5000/team-b"]},
+                             "team-c": {"repositories": ["127.0.0.1:5000/team-c"], "agentCredentials": true}}})",
+          {{"team-b", R"({"auths": {"127.0.0.1:5000": {"auth": "Yjpw"}}})"}, {"team-c", R"({"auths": {}})"}});
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+
+  ExpectForbidden((*service)->StartRestore(RestoreOf("127.0.0.1:5000/team-a/vllm:warm"), kPodOfB),
+                  "pod team-b/vllm-restored: gpusnap.io/restore-from `127.0.0.1:5000/team-a/vllm:warm` refused: "
+                  "namespace `team-b` may not use repository `127.0.0.1:5000/team-a/vllm`: the administrator's "
+                  "tenancy configuration gives it 127.0.0.1:5000/team-b");
+  EXPECT_TRUE(seen.empty());
+
+  Job own = Finished(**service, (*service)->StartRestore(RestoreOf("127.0.0.1:5000/team-b/vllm:warm"), kPodOfB));
+  EXPECT_EQ(own.state, JobState::kSucceeded) << own.error;
+  // team-c's Secret has none for the registry: the agent's, as its configuration allows.
+  container::PodRef of_c{"team-c", "p", "c"};
+  Job lent = Finished(**service, (*service)->StartRestore(RestoreOf("127.0.0.1:5000/team-c/x:1"), of_c));
+  EXPECT_EQ(lent.state, JobState::kSucceeded) << lent.error;
+  // The administrator's own restore: the agent's credentials.
+  Job admin = Finished(**service, (*service)->StartRestore(RestoreOf("127.0.0.1:5000/team-a/vllm:warm")));
+  EXPECT_EQ(admin.state, JobState::kSucceeded) << admin.error;
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].registry.credentials_file, root_ + "/ns-team-b.json");
+  EXPECT_EQ(seen[0].registry.ca_file, "/etc/registry-ca.pem");
+  EXPECT_EQ(seen[1].registry.credentials_file, agents);
+  EXPECT_EQ(seen[2].registry.credentials_file, agents);
 }
 
 }  // namespace
