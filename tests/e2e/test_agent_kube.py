@@ -123,7 +123,7 @@ class KubeAgentCase(PlaceholderCase):
     def checkpoint_counter(self, agent, data=None, pod=None):
         """PlaceholderCase's counter, in a container of a pod of NAMESPACE:
         its snapshot is the namespace's."""
-        return super().checkpoint_counter(agent, data, pod or (NAMESPACE, "counter-source", "server"))
+        return super().checkpoint_counter(agent, data, pod=pod or (NAMESPACE, "counter-source", "server"))
 
     def create_placeholder_pod(self, name, snapshot, container_id):
         """A pod as the webhook leaves a restore-from pod, bound to the agent's node
