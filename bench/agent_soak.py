@@ -3,10 +3,10 @@
 kill cycles of a small tree through `gpusnap agent`, with API reads beside
 them, and what the agent holds at the start and at the end.
 
-It starts an agent of its own (its own store, state directory, run directory
-and socket, under a temporary directory) and a counter (tests/workloads/
-counter.c: two threads, a child fed through a pipe, a grandchild pair, files,
-/dev/shm) with `gpusnap run`. Each cycle, through the agent's API:
+It starts an agent of its own (tests/e2e/test_agent.py's, with its own store,
+state directory, run directory and socket, under a temporary directory) and a
+counter (tests/workloads/counter.c: two threads, a child fed through a pipe, a
+grandchild pair, files, /dev/shm) with `gpusnap run`. Each cycle, through the agent's API:
 
   1. POST /v1/checkpoints of the counter, every other cycle with leaveRunning;
   2. a source left running must count on; it is then killed (SIGTERM to its
@@ -21,8 +21,9 @@ Threads beside the cycles read GET /v1/jobs, /v1/snapshots, /metrics and
 /healthz in a loop; any answer but 200 fails the run. After --warmup cycles
 and at the end (the readers paused, no job running) it samples the agent's
 resident memory (VmRSS), open descriptors (/proc/PID/fd), threads
-(/proc/PID/task), job records (the journal's files, and GET /v1/jobs) and the
-files of the run directory's logs/. It fails when one of them grows past its
+(/proc/PID/task) and job records (the journal's files, and GET /v1/jobs), and
+reports the files of the run directory's logs/ (one CRIU log a restore keeps,
+not judged). It fails when one of the figures grows past its
 tolerance (TOLERANCES): a leak of a descriptor, a thread or a record per
 cycle cannot hide in it. The job records are bounded by --max-job-records
 (the agent keeps that many finished records, the newest), so after a warm-up
@@ -34,7 +35,8 @@ Prints the figures as a Markdown table and, with --json, writes them.
     sudo python3 bench/agent_soak.py --cycles 200 --json soak.json
 
 usage: agent_soak.py [--cycles N] [--warmup N] [--readers N] [--max-job-records N]
-                     [--gpusnap PATH] [--workloads DIR] [--json OUT] [--keep]
+                     [--json OUT] [--keep]
+(the binary: $GPUSNAP_BIN, else build/gpusnap; the workloads: $GPUSNAP_WORKLOADS)
 """
 import argparse
 import json
@@ -50,11 +52,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
-from harness import stopped_tasks  # noqa: E402  (the project's own e2e harness)
-from test_agent import UnixHTTPConnection  # noqa: E402
+# The project's own e2e harness: the binary ($GPUSNAP_BIN, else build/gpusnap), the workloads
+# ($GPUSNAP_WORKLOADS, else build/workloads), the agent it runs, what it reads of processes.
+from harness import GPUSNAP, WORKLOADS, GpusnapCase, stopped_tasks  # noqa: E402
+from test_agent import Agent  # noqa: E402
 
-GPUSNAP = os.environ.get("GPUSNAP_BIN", os.path.join(REPO, "build", "gpusnap"))
-WORKLOADS = os.environ.get("GPUSNAP_WORKLOADS", os.path.join(REPO, "build", "workloads"))
 BENCH_CYCLES = 1000
 WARMUP_CYCLES = 10
 MAX_JOB_RECORDS = 20  # reached within the warm-up: two jobs a cycle
@@ -91,71 +93,32 @@ def compare(start, end):
     return out
 
 
-class Agent:
-    """A `gpusnap agent` of the soak's own, and HTTP to it over its unix socket."""
+class AgentCase:
+    """What test_agent.Agent asks of its test case: a directory, the environment, a way to fail."""
 
-    def __init__(self, gpusnap, tmp, env, max_job_records):
-        self.socket = os.path.join(tmp, "agent", "agent.sock")
-        self.state_dir = os.path.join(tmp, "agent", "state")
-        self.log_path = os.path.join(tmp, "agent.log")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([gpusnap, "agent", "--socket", self.socket, "--state-dir", self.state_dir,
-                                      "--max-job-records", str(max_job_records)],
-                                     env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        end = time.time() + 60
-        while time.time() < end:
-            if self.proc.poll() is not None:
-                raise SoakFailure(f"the agent exited ({self.proc.returncode}):\n{self.tail()}")
-            if os.path.exists(self.socket):
-                try:
-                    if self.request("GET", "/healthz")[0] == 200:
-                        return
-                except OSError:
-                    pass
-            time.sleep(0.05)
-        raise SoakFailure(f"the agent did not answer:\n{self.tail()}")
+    def __init__(self, tmp, env):
+        self.tmp, self.env = tmp, env
 
-    def tail(self):
-        with open(self.log_path, errors="replace") as f:
-            return f.read()[-4000:]
+    def fail(self, message):
+        raise SoakFailure(message)
 
-    def request(self, method, path, body=None):
-        conn = UnixHTTPConnection(self.socket)
-        try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None)
-            resp = conn.getresponse()
-            data = resp.read().decode()
-        finally:
-            conn.close()
-        is_json = resp.getheader("Content-Type", "").startswith("application/json")
-        return resp.status, (json.loads(data) if is_json else data)
 
-    def run_job(self, path, body, timeout=120):
-        """POSTs a job and waits for its end: the job, which must have succeeded."""
-        status, reply = self.request("POST", path, body)
-        if status != 202:
-            raise SoakFailure(f"POST {path} {body}: {status} {reply}")
-        end = time.time() + timeout
-        while time.time() < end:
-            status, job = self.request("GET", f"/v1/jobs/{reply['job']}")
-            if status != 200:
-                raise SoakFailure(f"GET /v1/jobs/{reply['job']}: {status} {job}")
-            if job["state"] == "succeeded":
-                return job
-            if job["state"] != "running":
-                raise SoakFailure(f"job {job['id']} {job['state']}: {job.get('error')}")
-            time.sleep(0.02)
-        raise SoakFailure(f"job {reply['job']} still running after {timeout} s")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+def run_job(agent, path, body, timeout=120):
+    """POSTs a job to `agent` and waits for its end: the job, which must have succeeded."""
+    status, reply = agent.request("POST", path, body)
+    if status != 202:
+        raise SoakFailure(f"POST {path} {body}: {status} {reply}")
+    end = time.time() + timeout
+    while time.time() < end:
+        status, job = agent.request("GET", f"/v1/jobs/{reply['job']}")
+        if status != 200:
+            raise SoakFailure(f"GET /v1/jobs/{reply['job']}: {status} {job}")
+        if job["state"] == "succeeded":
+            return job
+        if job["state"] != "running":
+            raise SoakFailure(f"job {job['id']} {job['state']}: {job.get('error')}")
+        time.sleep(0.02)
+    raise SoakFailure(f"job {reply['job']} still running after {timeout} s")
 
 
 class Readers:
@@ -213,16 +176,18 @@ class Readers:
 
 
 class Soak:
-    def __init__(self, gpusnap, workloads, tmp, max_job_records, readers):
-        self.gpusnap = gpusnap
-        self.counter = os.path.join(workloads, "counter")
+    def __init__(self, tmp, max_job_records, readers):
+        self.counter = os.path.join(WORKLOADS, "counter")
         self.tmp = tmp
         self.data = os.path.join(tmp, "data")
         os.makedirs(self.data)
         # No other agent is asked: the CLI's commands here (run, ps) run in-process.
         self.env = dict(os.environ, GPUSNAP_STORE=os.path.join(tmp, "store"), GPUSNAP_RUN_DIR=os.path.join(tmp, "run"),
                         GPUSNAP_AGENT_SOCKET=os.path.join(tmp, "agent", "agent.sock"))
-        self.agent = Agent(gpusnap, tmp, self.env, max_job_records)
+        self.state_dir = os.path.join(tmp, "agent", "state")
+        self.agent = Agent(AgentCase(tmp, self.env), ["--state-dir", self.state_dir,
+                                                      "--max-job-records", str(max_job_records)],
+                           socket_path=self.env["GPUSNAP_AGENT_SOCKET"])
         self.readers = Readers(self.agent, readers)
         self.max_job_records = max_job_records
         self.pid = self.start_counter()
@@ -230,7 +195,7 @@ class Soak:
 
     # --- the tree ---------------------------------------------------------
     def start_counter(self):
-        p = subprocess.run([self.gpusnap, "run", "--name", "soak", "--", self.counter, self.data, "0"],
+        p = subprocess.run([GPUSNAP, "run", "--name", "soak", "--", self.counter, self.data, "0"],
                            env=self.env, capture_output=True, text=True, timeout=60)
         if p.returncode != 0:
             raise SoakFailure(f"gpusnap run: {p.stderr}")
@@ -238,25 +203,8 @@ class Soak:
         self.wait_count(pid, 3)
         return pid
 
-    @staticmethod
-    def count(pid):
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                comm = f.read().strip()
-        except FileNotFoundError:
-            return -1
-        return int(comm.split(":")[1]) if comm.startswith("cnt:") else -1
-
-    @staticmethod
-    def state(pid):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return None
-
-    def alive(self, pid):
-        return self.state(pid) not in (None, "Z", "X")
+    count = staticmethod(GpusnapCase.count)
+    alive = staticmethod(GpusnapCase.alive)
 
     def wait_count(self, pid, at_least, timeout=20):
         end = time.time() + timeout
@@ -294,14 +242,14 @@ class Soak:
     def cycle(self, i):
         leave_running = i % 2 == 1
         before = self.count(self.pid)
-        job = self.agent.run_job("/v1/checkpoints", {"pid": self.pid, "leaveRunning": leave_running})
+        job = run_job(self.agent, "/v1/checkpoints", {"pid": self.pid, "leaveRunning": leave_running})
         snapshot = job["snapshot"]
         if leave_running:
             self.wait_count(self.pid, self.count(self.pid) + 2)
             self.kill_tree(self.pid)
         else:
             self.wait_gone(self.pid)
-        job = self.agent.run_job("/v1/restores", {"snapshot": snapshot, "name": "soak"})
+        job = run_job(self.agent, "/v1/restores", {"snapshot": snapshot, "name": "soak"})
         pid = job["restoredPid"]
         stopped = stopped_tasks(pid)
         if stopped:
@@ -346,7 +294,7 @@ class Soak:
             "rss_kib": int(fields["VmRSS"].split()[0]),
             "fds": len(os.listdir(f"/proc/{pid}/fd")),
             "threads": len(os.listdir(f"/proc/{pid}/task")),
-            "journal_records": len([n for n in os.listdir(os.path.join(self.agent.state_dir, "jobs"))
+            "journal_records": len([n for n in os.listdir(os.path.join(self.state_dir, "jobs"))
                                     if n.endswith(".json")]),
             "listed_jobs": len(jobs),
             "run_dir_log_files": len(os.listdir(logs)) if os.path.isdir(logs) else 0,
@@ -402,19 +350,18 @@ def table(report):
     return "\n".join(lines)
 
 
-def soak(cycles, warmup=WARMUP_CYCLES, readers=2, max_job_records=MAX_JOB_RECORDS, gpusnap=GPUSNAP,
-         workloads=WORKLOADS, keep=False, progress=None):
+def soak(cycles, warmup=WARMUP_CYCLES, readers=2, max_job_records=MAX_JOB_RECORDS, keep=False, progress=None):
     """Runs the soak; the report (see the module's doc). Raises SoakFailure for
     a cycle that went wrong."""
     tmp = tempfile.mkdtemp(prefix="gpusnap-soak-")
     s = None
     try:
-        s = Soak(gpusnap, workloads, tmp, max_job_records, readers)
+        s = Soak(tmp, max_job_records, readers)
         report = s.run(cycles, warmup, progress)
-        report["agent_log_tail"] = s.agent.tail()[-1000:] if not report["ok"] else ""
+        report["agent_log_tail"] = s.agent.log()[-1000:] if not report["ok"] else ""
         return report
     except SoakFailure as e:
-        raise SoakFailure(f"{e}\n--- agent log:\n{s.agent.tail() if s else ''}") from None
+        raise SoakFailure(f"{e}\n--- agent log:\n{s.agent.log()[-4000:] if s else ''}") from None
     finally:
         if s:
             s.close()
@@ -428,16 +375,14 @@ def main():
     ap.add_argument("--warmup", type=int, default=WARMUP_CYCLES, help="cycles before the first sample")
     ap.add_argument("--readers", type=int, default=2, help="threads reading the API beside the cycles")
     ap.add_argument("--max-job-records", type=int, default=MAX_JOB_RECORDS, help="the agent's --max-job-records")
-    ap.add_argument("--gpusnap", default=GPUSNAP)
-    ap.add_argument("--workloads", default=WORKLOADS, help="the built tests/workloads (counter)")
     ap.add_argument("--json", help="write the report here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("agent_soak.py: needs root (CRIU and namespaces)")
     try:
-        report = soak(args.cycles, args.warmup, args.readers, args.max_job_records, args.gpusnap, args.workloads,
-                      args.keep, progress=lambda line: print(line, flush=True))
+        report = soak(args.cycles, args.warmup, args.readers, args.max_job_records, keep=args.keep,
+                      progress=lambda line: print(line, flush=True))
     except SoakFailure as e:
         sys.exit(f"agent_soak.py: {e}")
     print(f"{report['cycles']} cycles after {report['warmup']} of warm-up, {report['seconds']} s "

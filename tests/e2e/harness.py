@@ -118,7 +118,7 @@ def task_states(pid):
         p = todo.pop()
         try:
             tids = os.listdir(f"/proc/{p}/task")
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone before, or while, /proc was read
             continue
         for tid in tids:
             try:
@@ -126,7 +126,7 @@ def task_states(pid):
                     states[int(tid)] = f.read().rsplit(")", 1)[1].split()[0]
                 with open(f"/proc/{p}/task/{tid}/children") as f:
                     todo += [int(c) for c in f.read().split()]
-            except FileNotFoundError:
+            except (FileNotFoundError, ProcessLookupError):
                 pass
     return states
 

@@ -21,7 +21,7 @@ class AgentSoak(unittest.TestCase):
         require_root(self)
         require_built(self, (os.path.join(WORKLOADS, "counter"), "wl_counter"))
         cycles = int(os.environ.get("GPUSNAP_SOAK_CYCLES", CI_CYCLES))
-        report = agent_soak.soak(cycles, workloads=WORKLOADS)
+        report = agent_soak.soak(cycles)
         summary = (f"{cycles} cycles in {report['seconds']} s, {report['api_reads']} API reads\n"
                    f"{agent_soak.table(report)}")
         print(summary)
