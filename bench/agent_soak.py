@@ -65,7 +65,7 @@ READ_PAUSE_S = 0.005  # between one reader's requests: the cycles keep most of a
 # What "flat" allows between the sample after the warm-up and the one at the
 # end: (end - start) <= max(absolute, ratio * start).
 TOLERANCES = {
-    "rss_kib": {"absolute": 8192, "ratio": 0.25},
+    "rss_kib": {"absolute": 4096, "ratio": 0.10},
     "fds": {"absolute": 2, "ratio": 0},
     "threads": {"absolute": 2, "ratio": 0},
     "journal_records": {"absolute": 0, "ratio": 0},
