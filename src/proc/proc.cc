@@ -66,8 +66,8 @@ Result<ThreadStop> ParseThreadStop(std::string_view status) {
   return stop;
 }
 
-std::vector<StoppedThread> StoppedThreads(const std::vector<pid_t>& pids) {
-  std::vector<StoppedThread> out;
+std::vector<HeldThread> HeldThreads(const std::vector<pid_t>& pids) {
+  std::vector<HeldThread> out;
   for (pid_t pid : pids) {
     std::error_code ec;
     for (const auto& task : std::filesystem::directory_iterator(PidPath(pid, "task"), ec)) {

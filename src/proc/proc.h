@@ -41,14 +41,15 @@ struct ThreadStop {
 Result<ThreadStop> ParseThreadStop(std::string_view status);
 
 // A thread found held (ThreadStop::held).
-struct StoppedThread {
+struct HeldThread {
   pid_t pid = 0;
   pid_t tid = 0;
   ThreadStop stop;
 };
-// Every thread of each of `pids` that is held now; a process or thread gone
-// meanwhile is not.
-std::vector<StoppedThread> StoppedThreads(const std::vector<pid_t>& pids);
+// Every thread of each of `pids` that is held now (stopped, or stopping); a
+// process or thread gone meanwhile is not.
+std::vector<HeldThread> HeldThreads(const std::vector<pid_t>& pids);
+
 bool Exists(pid_t pid);
 // True if `pid` still names the process that started at `start_time`.
 bool IsSameProcess(pid_t pid, uint64_t start_time);

@@ -83,12 +83,12 @@ class TwoThreadChild : public ::testing::Test {
       ++n;
     return n;
   }
-  // StoppedThreads once it names `n` threads in group-stop (a stop reaches
+  // HeldThreads once it names `n` threads in group-stop (a stop reaches
   // each thread on its own), or what it says after 2 s.
-  std::vector<StoppedThread> WaitForGroupStop(size_t n) const {
-    std::vector<StoppedThread> found;
+  std::vector<HeldThread> WaitForGroupStop(size_t n) const {
+    std::vector<HeldThread> found;
     for (int i = 0; i < 1000; ++i) {
-      found = StoppedThreads({child_});
+      found = HeldThreads({child_});
       if (found.size() == n && std::all_of(found.begin(), found.end(), [](auto& t) { return t.stop.state == 'T'; }))
         break;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -99,7 +99,7 @@ class TwoThreadChild : public ::testing::Test {
 };
 
 TEST_F(TwoThreadChild, EveryThreadOfAStoppedProcessIsNamedAndNoneOnceContinued) {
-  EXPECT_TRUE(StoppedThreads({child_}).empty());
+  EXPECT_TRUE(HeldThreads({child_}).empty());
   ASSERT_EQ(kill(child_, SIGSTOP), 0);
   auto stopped = WaitForGroupStop(2);
   ASSERT_EQ(stopped.size(), 2u);
@@ -110,15 +110,15 @@ TEST_F(TwoThreadChild, EveryThreadOfAStoppedProcessIsNamedAndNoneOnceContinued) 
   EXPECT_NE(stopped[0].tid, stopped[1].tid);
   ASSERT_EQ(kill(child_, SIGCONT), 0);
   // SIGCONT wakes a stopped task within the kill() that sends it.
-  EXPECT_TRUE(StoppedThreads({child_}).empty());
+  EXPECT_TRUE(HeldThreads({child_}).empty());
 }
 
-TEST_F(TwoThreadChild, AProcessThatIsGoneHasNoStoppedThreads) {
+TEST_F(TwoThreadChild, AProcessThatIsGoneHasNoHeldThreads) {
   ASSERT_EQ(kill(child_, SIGSTOP), 0);
   ASSERT_EQ(WaitForGroupStop(2).size(), 2u);
   ASSERT_EQ(kill(child_, SIGKILL), 0);
   ASSERT_EQ(waitpid(child_, nullptr, 0), child_);
-  EXPECT_TRUE(StoppedThreads({child_}).empty());
+  EXPECT_TRUE(HeldThreads({child_}).empty());
   child_ = 0;
 }
 

@@ -105,11 +105,11 @@ std::vector<pid_t> TreeBelow(pid_t reaper_pid) {
 }
 
 // "pid 12 (stopped), pid 14 thread 15 (a SIGSTOP pending)", the first few.
-std::string DescribeHeld(const std::vector<proc::StoppedThread>& held) {
+std::string DescribeHeld(const std::vector<proc::HeldThread>& held) {
   constexpr size_t kNamed = 4;
   std::string out;
   for (size_t i = 0; i < std::min(held.size(), kNamed); ++i) {
-    const proc::StoppedThread& t = held[i];
+    const proc::HeldThread& t = held[i];
     std::string why = t.stop.state == 't'  ? "stopped by a tracer"
                       : t.stop.state == 'T' ? "stopped"
                                             : "a SIGSTOP pending";
@@ -120,11 +120,11 @@ std::string DescribeHeld(const std::vector<proc::StoppedThread>& held) {
   return out;
 }
 
-// Within `wait`, no thread of the tree is held (proc::StoppedThreads).
+// Within `wait`, no thread of the tree is held (proc::HeldThreads).
 Status WaitForTreeToRun(pid_t reaper_pid, std::chrono::milliseconds wait) {
   auto deadline = std::chrono::steady_clock::now() + wait;
   for (;;) {
-    std::vector<proc::StoppedThread> held = proc::StoppedThreads(TreeBelow(reaper_pid));
+    std::vector<proc::HeldThread> held = proc::HeldThreads(TreeBelow(reaper_pid));
     if (held.empty()) return Status::Ok();
     if (std::chrono::steady_clock::now() >= deadline)
       return Status::Error(Code::kFailedPrecondition, "the restored tree does not run: {} {} ms after it was let go",
