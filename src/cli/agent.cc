@@ -26,6 +26,10 @@ void AddAgent(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   sub->add_option("--timeout", opts->service.operation_timeout_s, "Seconds a checkpoint or restore may take")
       ->capture_default_str();
+  sub->add_option("--max-job-records", opts->service.max_job_records,
+                  "Finished job records kept, the newest (older ones are removed as jobs end)")
+      ->check(CLI::Range(size_t{1}, size_t{1000000}))
+      ->capture_default_str();
   sub->add_option("--max-body-bytes", opts->max_body_bytes, "Larger requests get 413")->capture_default_str();
   sub->add_option("--threads", opts->threads, "HTTP worker threads per listener")->capture_default_str();
   sub->add_option("--io-timeout", opts->io_timeout_s,

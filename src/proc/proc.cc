@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -35,6 +36,48 @@ Result<Stat> ReadStat(pid_t pid) {
   in >> s.start_time;
   if (!in) return Status::Error(Code::kInternal, "unreadable /proc/{}/stat", pid);
   return s;
+}
+
+Result<ThreadStop> ParseThreadStop(std::string_view status) {
+  ThreadStop stop;
+  bool has_state = false;
+  // A pending-signal mask is hex, bit N-1 for signal N.
+  auto stop_bit = [](std::string_view mask) {
+    uint64_t bits = 0;
+    auto digits = mask.substr(std::min(mask.find_first_not_of(" \t"), mask.size()));
+    std::from_chars(digits.data(), digits.data() + digits.size(), bits, 16);
+    return (bits >> (SIGSTOP - 1)) & 1;
+  };
+  while (!status.empty()) {
+    size_t end = std::min(status.find('\n'), status.size());
+    std::string_view line = status.substr(0, end);
+    status.remove_prefix(std::min(end + 1, status.size()));
+    if (line.starts_with("State:")) {
+      size_t at = line.find_first_not_of(" \t", 6);
+      if (at != std::string_view::npos) {
+        stop.state = line[at];
+        has_state = true;
+      }
+    } else if (line.starts_with("SigPnd:") || line.starts_with("ShdPnd:")) {
+      stop.stop_pending = stop.stop_pending || stop_bit(line.substr(7));
+    }
+  }
+  if (!has_state) return Status::Error(Code::kInvalidArgument, "no State line in a task's status");
+  return stop;
+}
+
+std::vector<HeldThread> HeldThreads(const std::vector<pid_t>& pids) {
+  std::vector<HeldThread> out;
+  for (pid_t pid : pids) {
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(PidPath(pid, "task"), ec)) {
+      auto text = ReadFile(task.path().string() + "/status");
+      if (!text.ok()) continue;  // gone meanwhile
+      auto stop = ParseThreadStop(*text);
+      if (stop.ok() && stop->held()) out.push_back({pid, std::atoi(task.path().filename().c_str()), *stop});
+    }
+  }
+  return out;
 }
 
 bool Exists(pid_t pid) { return pid > 0 && ReadStat(pid).ok(); }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,31 @@ struct Stat {
 
 // kNotFound if the process does not exist (or is gone by the time it is read).
 Result<Stat> ReadStat(pid_t pid);
+// A task in this state runs again only when someone lets it: 'T', stopped by
+// a signal (a group-stop), or 't', stopped by its tracer.
+constexpr bool IsStopped(char state) { return state == 'T' || state == 't'; }
+
+// What a thread's /proc/<pid>/task/<tid>/status says of its stop: its state,
+// and whether a SIGSTOP waits for it (in its own SigPnd or its process's
+// ShdPnd), which stops it as soon as it runs.
+struct ThreadStop {
+  char state = '?';
+  bool stop_pending = false;
+  bool held() const { return IsStopped(state) || stop_pending; }
+};
+// kInvalidArgument for a text without a State line. Pure.
+Result<ThreadStop> ParseThreadStop(std::string_view status);
+
+// A thread found held (ThreadStop::held).
+struct HeldThread {
+  pid_t pid = 0;
+  pid_t tid = 0;
+  ThreadStop stop;
+};
+// Every thread of each of `pids` that is held now (stopped, or stopping); a
+// process or thread gone meanwhile is not.
+std::vector<HeldThread> HeldThreads(const std::vector<pid_t>& pids);
+
 bool Exists(pid_t pid);
 // True if `pid` still names the process that started at `start_time`.
 bool IsSameProcess(pid_t pid, uint64_t start_time);

@@ -3,6 +3,9 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <thread>
 
 #include "gpu/processes.h"
 #include "proc/proc.h"
@@ -92,13 +95,55 @@ Result<std::vector<control::ShimProcess>> RestoreGpuProcesses(const GpuStep& ste
   return procs;
 }
 
+namespace {
+
+// Every task of the tree under `reaper_pid`, but the reaper.
+std::vector<pid_t> TreeBelow(pid_t reaper_pid) {
+  std::vector<pid_t> tasks = proc::Tree(reaper_pid);
+  std::erase(tasks, reaper_pid);
+  return tasks;
+}
+
+// "pid 12 (stopped), pid 14 thread 15 (a SIGSTOP pending)", the first few.
+std::string DescribeHeld(const std::vector<proc::HeldThread>& held) {
+  constexpr size_t kNamed = 4;
+  std::string out;
+  for (size_t i = 0; i < std::min(held.size(), kNamed); ++i) {
+    const proc::HeldThread& t = held[i];
+    std::string why = t.stop.state == 't'  ? "stopped by a tracer"
+                      : t.stop.state == 'T' ? "stopped"
+                                            : "a SIGSTOP pending";
+    out += fmt::format("{}pid {}{} ({})", i ? ", " : "", t.pid, t.tid == t.pid ? "" : fmt::format(" thread {}", t.tid),
+                       why);
+  }
+  if (held.size() > kNamed) out += fmt::format(" and {} more", held.size() - kNamed);
+  return out;
+}
+
+// Within `wait`, no thread of the tree is held (proc::HeldThreads).
+Status WaitForTreeToRun(pid_t reaper_pid, std::chrono::milliseconds wait) {
+  auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    std::vector<proc::HeldThread> held = proc::HeldThreads(TreeBelow(reaper_pid));
+    if (held.empty()) return Status::Ok();
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Status::Error(Code::kFailedPrecondition, "the restored tree does not run: {} {} ms after it was let go",
+                           DescribeHeld(held), wait.count());
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace
+
 Status LetTreeGo(pid_t reaper_pid, const std::vector<pid_t>& gpu_pids,
-                 const std::vector<control::ShimProcess>& held_shims) {
-  for (pid_t p : proc::Tree(reaper_pid))
-    if (p != reaper_pid && std::find(gpu_pids.begin(), gpu_pids.end(), p) == gpu_pids.end() &&
-        ::kill(p, SIGCONT) != 0 && errno != ESRCH)
+                 const std::vector<control::ShimProcess>& held_shims, std::chrono::milliseconds wait) {
+  std::vector<pid_t> tasks = TreeBelow(reaper_pid);
+  for (pid_t p : tasks)
+    if (std::find(gpu_pids.begin(), gpu_pids.end(), p) == gpu_pids.end() && ::kill(p, SIGCONT) != 0 && errno != ESRCH)
       return Status::Errno(errno, "continuing restored pid {}", p);
-  return held_shims.empty() ? Status::Ok() : control::ResumeAll(held_shims);
+  if (!held_shims.empty()) GPUSNAP_RETURN_IF_ERROR(control::ResumeAll(held_shims));
+  if (std::getenv("GPUSNAP_TEST_STOP_AFTER_LET_GO") && !tasks.empty()) ::kill(tasks.front(), SIGSTOP);
+  return WaitForTreeToRun(reaper_pid, wait);
 }
 
 }  // namespace gpusnap

@@ -78,10 +78,23 @@ struct GpuStep {
 // gpushare-load.
 Result<std::vector<gpushare::control::ShimProcess>> RestoreGpuProcesses(const GpuStep& step, Phases& phases);
 
+// How long LetTreeGo waits to see every task of the tree out of a stop. A
+// SIGCONT wakes a stopped task before kill() returns: the wait is for what
+// else may hold a task, never needed by a tree that was let go.
+inline constexpr std::chrono::milliseconds kLetGoWait{2000};
+
 // The tasks of the tree under `reaper_pid` that CRIU left stopped go on, but
 // the GPU processes, which the GPU step already let run; gpushare's held work
-// goes.
+// goes. Then, within `wait`, every thread of every task of the tree (the GPU
+// processes' too; not the reaper) must be seen neither stopped nor with a
+// SIGSTOP pending (proc::HeldThreads): a restore or a wake returns only once
+// its tree runs. kFailedPrecondition, naming the tasks still held, when some
+// stay so (the caller's undo then ends the tree).
+// Fault point: GPUSNAP_TEST_STOP_AFTER_LET_GO=1 stops (SIGSTOP) the tree's
+// first task once it has been let go, as a stop that came after the SIGCONT
+// would leave it (util/test_hooks.h).
 Status LetTreeGo(pid_t reaper_pid, const std::vector<pid_t>& gpu_pids,
-                 const std::vector<gpushare::control::ShimProcess>& held_shims);
+                 const std::vector<gpushare::control::ShimProcess>& held_shims,
+                 std::chrono::milliseconds wait = kLetGoWait);
 
 }  // namespace gpusnap

@@ -34,7 +34,8 @@
 //    memory, load the rest, their work still held.
 // 5. Find the restored root's host pid, hand the namespace to its reaper for
 //    good, let the tree go (its other tasks continue, gpushare's held work
-//    goes) and record the workload: the point of no return. Until here no
+//    goes; every thread seen out of a stop, else the restore fails) and
+//    record the workload: the point of no return. Until here no
 //    task but the GPU processes' (gpushare: none) has run, so a failed restore
 //    leaves no trace of the workload having run again.
 //
@@ -181,7 +182,7 @@ struct RestoreRun {
   }
   std::string Failed() const { return fmt::format("restore of `{}` failed", meta().id); }
 
-  // The tasks CRIU left stopped go on (gpu_steps.h).
+  // The tasks CRIU left stopped go on, and are seen running (gpu_steps.h).
   Status LetGo() const { return LetTreeGo(reaper.reaper_pid, gpu_pids, held_shims); }
 
   // Nothing of the restore is left: a fresh namespace goes as a whole (its

@@ -16,8 +16,9 @@
 // 2. GPU: restore's step 4 (gpu_steps.h): gpushare preloads beside the
 //    driver's restore of every process, the processes adopt it and load the
 //    rest, their work held.
-// 3. Let the tree go, as a restore does (gpu_steps.h), and record the
-//    workload running: the point of no return.
+// 3. Let the tree go, as a restore does (gpu_steps.h: every thread seen out
+//    of a stop, else the wake fails), and record the workload running: the
+//    point of no return.
 //
 // One exit: a refusal in steps 0-1 returns before anything is touched, and
 // the standby waits on, still wakeable. From step 2 on the undo tears the

@@ -14,6 +14,10 @@
 //   its lazy-pages daemon once CRIU has restored the tree (at post-restore),
 //   before it copies any page in the background: the pages the tree has not
 //   faulted in cannot all be in before a test kills the daemon.
+// - GPUSNAP_TEST_STOP_AFTER_LET_GO=1: a restore's or a wake's let-go
+//   (snapshot/gpu_steps.h, LetTreeGo) stops (SIGSTOP) the restored tree's
+//   first task once it has let the tree go, as a stop that came after its
+//   SIGCONT would: the let-go's check must catch it and fail.
 #pragma once
 
 #include <string_view>

@@ -110,6 +110,33 @@ class StderrLines:
         self.reader.join(timeout=10)
 
 
+def task_states(pid):
+    """{tid: state letter} of every thread of `pid` and of its descendants, read
+    from /proc now; a task gone meanwhile is left out."""
+    states, todo = {}, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except (FileNotFoundError, ProcessLookupError):  # gone before, or while, /proc was read
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/stat") as f:
+                    states[int(tid)] = f.read().rsplit(")", 1)[1].split()[0]
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return states
+
+
+def stopped_tasks(pid):
+    """The threads of `pid`'s tree stopped now (T: by a signal, t: by a tracer),
+    as {tid: state}: none once a restore or a wake has returned."""
+    return {tid: state for tid, state in task_states(pid).items() if state in ("T", "t")}
+
+
 def end_workloads(workloads, wait_gone):
     """Ends every running workload `workloads()` lists (its reaper takes the
     tree with it) and waits for each to be gone."""
@@ -164,7 +191,10 @@ class GpusnapCase(unittest.TestCase):
         return out[-1]
 
     def restore(self, snapshot_id, *extra):
-        return int(self.gs("restore", snapshot_id, *extra).stdout.strip().splitlines()[-1])
+        """The restored tree's pid, its every task seen running as soon as gpusnap returned."""
+        pid = int(self.gs("restore", snapshot_id, *extra).stdout.strip().splitlines()[-1])
+        self.assert_runs(pid)
+        return pid
 
     def workloads(self):
         p = self.gs("--json", "ps", check=False)
@@ -181,6 +211,12 @@ class GpusnapCase(unittest.TestCase):
                 return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
         except (FileNotFoundError, ProcessLookupError):  # gone before, or while, /proc was read
             return False
+
+    def assert_runs(self, pid):
+        """No task of `pid`'s tree is stopped: to be called right after the
+        restore or wake that let it go returned."""
+        self.assertTrue(self.alive(pid), f"workload {pid} is not there")
+        self.assertEqual(stopped_tasks(pid), {}, f"tasks of workload {pid} still stopped")
 
     def wait_gone(self, pid, timeout=10):
         end = time.time() + timeout

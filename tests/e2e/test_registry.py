@@ -102,6 +102,7 @@ class PushPullCpu(RegistryMixin, GpusnapCase):
         # Node B: restore from the reference into an empty store.
         node_b = self.other_store("store-b")
         out = self.gs_json("restore", self.ref, "--plain-http", "--name", "copy", env=node_b)
+        self.assert_runs(out["pid"])
         self.wait_count(out["pid"], self.count(out["pid"]) + 3)
         self.assertIn("pull", out["timings_s"])
         self.assertEqual([s["id"] for s in self.gs_json("ls", env=node_b)], [self.snap])
@@ -113,6 +114,20 @@ class PushPullCpu(RegistryMixin, GpusnapCase):
         p = self.gs_json("pull", self.ref, "--plain-http", "--as", "other-id", env=node_b)
         self.assertEqual(p["id"], "other-id")
         self.assertEqual(self.gs_json("inspect", "other-id", env=node_b)["id"], "other-id")
+
+    def test_every_restore_from_a_reference_returns_with_its_tree_running(self):
+        # Once a tree restored from a reference had not counted 1.5 s after the
+        # restore returned: each of these is seen running at once, into a store
+        # of its own (a pull every time), and counts on.
+        self.push()
+        for i in range(5):
+            node = self.other_store(f"store-loop-{i}")
+            out = self.gs_json("restore", self.ref, "--plain-http", "--name", f"copy{i}", env=node)
+            self.assert_runs(out["pid"])
+            self.wait_count(out["pid"], self.count(out["pid"]) + 2)
+            [w] = [w for w in self.workloads() if w["name"] == f"copy{i}"]
+            os.kill(w["reaper_pid"], signal.SIGTERM)
+            self.assertTrue(self.wait_gone(out["pid"]))
 
     def test_other_oci_tools_read_and_copy_the_artifact(self):
         digest = json.loads(self.push().stdout)["digest"]
@@ -133,6 +148,7 @@ class PushPullCpu(RegistryMixin, GpusnapCase):
         pulled = self.gs_json("pull", f"{second.host}/mirror/counter@{digest}", "--plain-http", env=node_b)
         self.assertEqual(pulled["id"], self.snap)
         out = self.gs_json("restore", self.snap, "--name", "copy", env=node_b)
+        self.assert_runs(out["pid"])
         self.wait_count(out["pid"], self.count(out["pid"]) + 3)
 
     def test_a_push_mounts_blobs_from_another_repository(self):
@@ -225,6 +241,7 @@ class PushPullCpu(RegistryMixin, GpusnapCase):
         p = self.gs_json("pull", self.ref, "--plain-http", env=node_b)
         self.assertEqual(p["blobs_moved"], 1, "only the config is fetched again")
         out = self.gs_json("restore", self.snap, "--name", "copy", env=node_b)
+        self.assert_runs(out["pid"])
         self.wait_count(out["pid"], self.count(out["pid"]) + 3)
 
     def test_a_full_disk_during_a_pull_leaves_the_store_as_it_was(self):
@@ -254,6 +271,7 @@ class PushPullTls(RegistryMixin, GpusnapCase):
         p = self.gs("--json", "push", self.snap, ref, *self.flags(reg))
         node_b = self.other_store("store-b")
         out = self.gs_json("restore", ref, *self.flags(reg), "--name", "copy", env=node_b)
+        self.assert_runs(out["pid"])
         self.wait_count(out["pid"], self.count(out["pid"]) + 3)
         for text in (p.stdout, p.stderr, self.logs()):
             self.assertNotIn(reg.password, text)
@@ -346,7 +364,7 @@ class PushPullChunks(RegistryMixin, WorkerSteps, FakeGpuCase):
         self.gs("gc", env=node_b)
         self.set_device_state(2)
         out = self.gs_json("restore", second, "--name", "copy", env=node_b)
-        self.assertGreater(out["pid"], 0)
+        self.assert_runs(out["pid"])
         self.wait_steps(len(self.steps()) + 3)
 
     def test_a_restore_from_a_reference_loads_chunks_as_they_arrive(self):
@@ -376,7 +394,7 @@ class PushPullChunks(RegistryMixin, WorkerSteps, FakeGpuCase):
             f.write(good)
         self.set_device_state(2)
         p = self.gs("restore", ref, "--plain-http", "--name", "copy", env=node_c)
-        self.assertGreater(int(p.stdout.split()[-1]), 0)
+        self.assert_runs(int(p.stdout.split()[-1]))
         self.assertNotIn("load that memory themselves", p.stderr)  # the preload took every chunk as it came
         self.assertIn("[restore] pull done", p.stderr)
         self.wait_steps(at_dump + 3)

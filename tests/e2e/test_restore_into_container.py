@@ -67,8 +67,7 @@ class RestoreIntoContainer(PlaceholderCase):
         placeholder, init = self.start_placeholder()
         snapshot, count_before = self.checkpoint_counter(agent)
 
-        out = self.gs("restore", snapshot, "--into-container", placeholder[:12]).stdout
-        new_pid = int(out.strip().splitlines()[-1])
+        new_pid = self.restore(snapshot, "--into-container", placeholder[:12])
         self.assert_restored_into(new_pid, init)
         counted = self.count(new_pid)
         self.assertGreaterEqual(counted, count_before)  # from where it was, not from 0
@@ -108,6 +107,7 @@ class RestoreIntoContainer(PlaceholderCase):
         self.assertEqual(job["state"], "succeeded", f"{job}\n{self.criu_log(job)}\n{agent.log()}")
         self.assertIn(placeholder, job["target"])
         new_pid = job["restoredPid"]
+        self.assert_runs(new_pid)
         self.assert_restored_into(new_pid, init)
         self.wait_count(new_pid, self.count(new_pid) + 5)
 

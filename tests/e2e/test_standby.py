@@ -11,29 +11,13 @@ import time
 import unittest
 
 import test_agent
-from harness import GPUSNAP, FakeGpuCase, WorkerSteps, require_built
+from harness import GPUSNAP, FakeGpuCase, WorkerSteps, require_built, task_states
 
 # The gpushare worker and its shape, as test_gpushare_fake.py runs it: 70, 6
 # (5 rounded up) and 64 MiB through the shim (in the manifest), 1 MiB left to
 # the driver (not in it).
 from test_gpushare_fake import FAKE_DIR, MIB, SHIM, WORKER, WORKER_ARGS  # noqa: E402
 from test_gpushare_fake import DEVICE_BYTES as MANIFEST_BYTES  # noqa: E402
-
-
-def task_states(pid):
-    """The state letter of every thread of `pid` and of its descendants."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        for tid in os.listdir(f"/proc/{p}/task"):
-            with open(f"/proc/{p}/task/{tid}/stat") as f:
-                out.append(f.read().rsplit(")", 1)[1].split()[0])
-            try:
-                with open(f"/proc/{p}/task/{tid}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-            except FileNotFoundError:
-                pass
-    return out
 
 
 class StandbyCase(WorkerSteps, FakeGpuCase):
@@ -78,7 +62,7 @@ class StandbyCase(WorkerSteps, FakeGpuCase):
     def assert_waits(self, pid, steps):
         """The standby's tree is there, every task stopped, and the worker ran no step."""
         self.assertTrue(self.alive(pid))
-        self.assertEqual(set(task_states(pid)), {"T"}, task_states(pid))
+        self.assertEqual(set(task_states(pid).values()), {"T"}, task_states(pid))
         time.sleep(0.5)
         self.assertEqual(len(self.steps()), steps)
         # No device memory of the shim is mapped: it went to the chunk store at the dump.
@@ -102,6 +86,7 @@ class Standby(StandbyCase):
         self.assertRegex(self.gs("ps").stdout, r"(?m)^sb\s+%d\s+standby\s" % pid)
 
         woken = json.loads(self.wake("sb").stdout)
+        self.assert_runs(pid)
         self.assertEqual((woken["pid"], woken["state"], woken["standby"]), (pid, "running", False))
         for phase in ("check", "gpu-restore", "gpushare-preload", "gpushare-adopt", "gpushare-load",
                       "gpushare-resume", "total"):
@@ -231,12 +216,13 @@ class PlainDriverStandby(FakeGpuCase):
         self.assertGreaterEqual(at_dump, 3)
         time.sleep(0.6)
         self.assertEqual(self.count(new), at_dump)
-        self.assertEqual(set(task_states(new)), {"T"})
+        self.assertEqual(set(task_states(new).values()), {"T"})
         self.assertEqual(self.device_state(), 2)
         with open(self.log) as f:
             self.assertNotIn(f"pid={new} ", f.read())  # the driver was not asked about it
         self.assertEqual({w["name"]: w["state"] for w in self.workloads()}, {"gpu": "standby"})
         woken = json.loads(self.gs("--json", "wake", "gpu", env=self.gpu_env).stdout)
+        self.assert_runs(new)
         self.assertIn("gpu-restore", woken["timings_s"])
         self.assertNotIn("gpushare-load", woken["timings_s"])
         self.wait_count(new, at_dump + 10)
@@ -254,9 +240,10 @@ class PlainDriverStandby(FakeGpuCase):
         states = lambda: {w["name"]: w["state"] for w in self.workloads()}
         self.assertEqual(states(), {"a": "standby", "b": "standby", "gpu": "exited"})
         self.gs("wake", "a", env=self.gpu_env)
+        self.assert_runs(a)
         self.wait_count(a, at_dump + 10)
         self.assertEqual(self.count(b), at_dump)
-        self.assertEqual(set(task_states(b)), {"T"})
+        self.assertEqual(set(task_states(b).values()), {"T"})
         self.assertEqual(states(), {"a": "running", "b": "standby", "gpu": "exited"})
         # The fake keeps the driver's state in the device stand-in both map:
         # b's is CHECKPOINTED again, as b's own would be on a real driver.
@@ -266,6 +253,18 @@ class PlainDriverStandby(FakeGpuCase):
         self.assertEqual(states(), {"a": "running", "b": "running", "gpu": "exited"})
         self.assertTrue(self.alive(a))
         self.assert_no_fail_in_logs()
+
+    def test_a_wake_whose_tree_stays_stopped_fails_and_ends_the_standby(self):
+        pid = self.run_gpu_counter("gpu")
+        snap = self.gs("checkpoint", "-q", "gpu", env=self.gpu_env).stdout.strip().splitlines()[-1]
+        self.assertTrue(self.wait_gone(pid))
+        new = json.loads(self.gs("--json", "restore", snap, "--standby", env=self.gpu_env).stdout)["pid"]
+        p = self.gs("wake", "gpu", env=dict(self.gpu_env, GPUSNAP_TEST_STOP_AFTER_LET_GO="1"), check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertRegex(p.stderr, rf"wake of `gpu` failed: the restored tree does not run: pid {new} \(stopped\)")
+        self.assertIn("after it was let go; the standby was torn down and its record removed", p.stderr)
+        self.assertTrue(self.wait_gone(new))
+        self.assertEqual([w for w in self.workloads() if w["running"]], [])
 
     def test_a_cpu_only_snapshot_is_refused_as_a_standby(self):
         self.run_counter("cpu")
@@ -301,6 +300,7 @@ class AgentStandby(StandbyCase, test_agent.AgentCase):
         status, reply = agent.request("POST", "/v1/workloads/sb/wake", {"gpus": [0]})
         self.assertEqual(status, 202, reply)
         job = self.wait_job(agent, reply["job"])
+        self.assert_runs(pid)
         self.assertEqual((job["state"], job["kind"], job["restoredPid"], job["restoredName"], job["snapshot"]),
                          ("succeeded", "wake", pid, "sb", snap), job)
         for phase in ("check", "gpu-restore", "gpushare-load", "total"):

@@ -92,6 +92,31 @@ class RestoreHoldsTheTreeUntilRecorded(GpusnapCase):
         self.wait_count(tasks[0], at_dump + 3)
 
 
+    def test_a_tree_left_stopped_after_the_let_go_fails_the_restore_and_goes(self):
+        # A task still stopped when the restore would return (here one the hook
+        # stops again after the SIGCONT) fails the restore through its undo.
+        pid = self.run_counter("left")
+        snap = self.checkpoint("left")
+        self.assertTrue(self.wait_gone(pid))
+        p = self.gs("restore", snap, env=dict(self.env, GPUSNAP_TEST_STOP_AFTER_LET_GO="1"), check=False)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertRegex(p.stderr, rf"restore of `{snap}` failed: the restored tree does not run: pid \d+ "
+                                   r"\(stopped\).* 2000 ms after it was let go")
+        self.assertNotIn(" then ", p.stderr)
+        self.assertEqual([w["name"] for w in self.workloads() if w["running"]], [])
+        left, end = self.tasks_of(self.data), time.time() + 5
+        while left and time.time() < end:
+            time.sleep(0.1)
+            left = self.tasks_of(self.data)
+        self.assertEqual(left, [], "tasks of the failed restore left")
+        new = self.restore(snap)
+        self.wait_count(new, self.count(new) + 3)
+
+    def tasks_of(self, data):
+        return [int(p) for p in subprocess.run(["pgrep", "-f", data], capture_output=True, text=True).stdout.split()
+                if self.alive(int(p))]
+
+
 class ConcurrentCheckpoints(GpusnapCase):
     def test_a_second_checkpoint_of_a_tree_is_refused_while_one_runs(self):
         pid = self.run_counter("busy")
@@ -118,19 +143,20 @@ class UndoIntoPlaceholder(PlaceholderCase):
         agent = self.start_agent()
         placeholder, init = self.start_placeholder()
         snapshot, _ = self.checkpoint_counter(agent)
-        for step in ["criu-restore", "record"]:
+        for step, hook, error in (("criu-restore", {"GPUSNAP_TEST_FAIL_AT": "criu-restore"}, "injected failure at"),
+                                  ("record", {"GPUSNAP_TEST_FAIL_AT": "record"}, "injected failure at"),
+                                  ("let-go", {"GPUSNAP_TEST_STOP_AFTER_LET_GO": "1"}, "the restored tree does not run")):
             with self.subTest(step=step):
-                env = dict(self.env, GPUSNAP_TEST_FAIL_AT=step)
-                p = self.gs("restore", snapshot, "--into-container", placeholder, env=env, check=False)
+                p = self.gs("restore", snapshot, "--into-container", placeholder, env=dict(self.env, **hook),
+                            check=False)
                 self.assertEqual(p.returncode, 1, p.stdout)
-                self.assertIn(f"injected failure at {step}", p.stderr)
+                self.assertIn(error, p.stderr)
                 end = time.time() + 5
                 while self.children(init) and time.time() < end:
                     time.sleep(0.1)
                 self.assertEqual(self.children(init), [], f"restored tasks left in the placeholder at {step}")
         # Idle again: a restore into it works.
-        out = self.gs("restore", snapshot, "--into-container", placeholder).stdout
-        new_pid = int(out.strip().splitlines()[-1])
+        new_pid = self.restore(snapshot, "--into-container", placeholder)
         self.assert_restored_into(new_pid, init)
         self.wait_count(new_pid, self.count(new_pid) + 3)
 

@@ -24,6 +24,7 @@
 #include "k8s/kubeconfig.h"
 #include "k8s/webhook_server.h"
 #include "util/files.h"
+#include "util/heap.h"
 
 namespace gpusnap::agent {
 
@@ -418,6 +419,8 @@ Status RunAgent(AgentOptions options) {
   if (!options.service.log)
     options.service.log = [](const std::string& l) { std::fprintf(stderr, "[agent] %s\n", l.c_str()); };
   auto log = options.service.log;
+  // A long-running process: its jobs' large buffers go back to the kernel when freed (util/heap.h).
+  if (Status mapped = MapLargeAllocations(kLargeAllocationBytes); !mapped.ok()) log(mapped.ToString());
   std::string socket_path = options.socket_path, listen = options.listen;
   GPUSNAP_ASSIGN_OR_RETURN(auto server, AgentServer::Start(std::move(options)));
   log(fmt::format("listening on unix:{}{}", socket_path,

@@ -1,7 +1,9 @@
 #include "agent/service/job.h"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -90,6 +92,20 @@ Job Interrupted(Job job, bool snapshot_published, const std::string& now) {
   }
   Fail(job, "the agent stopped " + where + " and was restarted" + outcome, now);
   return job;
+}
+
+std::vector<std::string> FinishedJobsBeyond(const std::map<std::string, Job>& jobs, size_t keep) {
+  std::vector<const Job*> finished;
+  for (const auto& [id, job] : jobs)
+    if (job.state != JobState::kRunning) finished.push_back(&job);
+  if (finished.size() <= keep) return {};
+  auto last_first = [](const Job* a, const Job* b) {
+    return std::tie(a->finished, a->created, a->id) > std::tie(b->finished, b->created, b->id);
+  };
+  std::sort(finished.begin(), finished.end(), last_first);
+  std::vector<std::string> beyond;
+  for (size_t i = keep; i < finished.size(); ++i) beyond.push_back(finished[i]->id);
+  return beyond;
 }
 
 std::string JobToJson(const Job& job) {

@@ -97,6 +97,12 @@ void Fail(Job& job, const std::string& error, const std::string& now);
 // whether its snapshot (job.snapshot) had been published before the end.
 Job Interrupted(Job job, bool snapshot_published, const std::string& now);
 
+// The finished jobs of `jobs` beyond the `keep` that finished last (by
+// `finished`, then `created`, then id: RFC 3339 times sort as text): the
+// records to remove, so that the journal and the API keep a bounded number
+// however long the agent runs. Running jobs are always kept.
+std::vector<std::string> FinishedJobsBeyond(const std::map<std::string, Job>& jobs, size_t keep);
+
 // The record as the journal and the API show it.
 std::string JobToJson(const Job& job);
 // kCorruption naming the field for a record that is not one of ours.

@@ -191,5 +191,31 @@ TEST(AgentJob, NumbersOutOfTheirRangeAreCorruptionNotConversions) {
   EXPECT_EQ(fine->source.front().start_time, 18446744073709551615ull);
 }
 
+Job Finished(const std::string& id, const std::string& created, const std::string& finished) {
+  Job j = Running();
+  j.id = id;
+  j.created = created;
+  Succeed(j, finished);
+  return j;
+}
+
+TEST(AgentJob, TheRecordsBeyondTheNewestFinishedOnesGoOldestFirstRunningOnesStay) {
+  std::map<std::string, Job> jobs;
+  // Started first, finished last: a long job that ended after shorter ones.
+  jobs["job-a"] = Finished("job-a", "2026-12-01T00:00:00.000Z", "2026-12-01T00:00:09.000Z");
+  jobs["job-b"] = Finished("job-b", "2026-12-01T00:00:01.000Z", "2026-12-01T00:00:02.000Z");
+  jobs["job-c"] = Finished("job-c", "2026-12-01T00:00:02.000Z", "2026-12-01T00:00:03.000Z");
+  jobs["job-d"] = Running();
+  jobs["job-d"].id = "job-d";
+  jobs["job-d"].created = "2026-11-01T00:00:00.000Z";  // the oldest of all, and running
+  EXPECT_EQ(FinishedJobsBeyond(jobs, 3), std::vector<std::string>{});
+  EXPECT_EQ(FinishedJobsBeyond(jobs, 2), std::vector<std::string>{"job-b"});
+  EXPECT_EQ(FinishedJobsBeyond(jobs, 1), (std::vector<std::string>{"job-c", "job-b"}));
+  EXPECT_EQ(FinishedJobsBeyond(jobs, 0), (std::vector<std::string>{"job-a", "job-c", "job-b"}));
+  // Finished in the same millisecond: the one created later is the newer.
+  jobs["job-e"] = Finished("job-e", "2026-12-01T00:00:05.000Z", "2026-12-01T00:00:09.000Z");
+  EXPECT_EQ(FinishedJobsBeyond(jobs, 1).front(), "job-a");
+}
+
 }  // namespace
 }  // namespace gpusnap::agent

@@ -122,7 +122,7 @@ void Service::Recover() {
       int continued = 0;
       for (const auto& p : job->source) {
         auto st = proc::ReadStat(p.pid);
-        if (st.ok() && st->start_time == p.start_time && (st->state == 'T' || st->state == 't') &&
+        if (st.ok() && st->start_time == p.start_time && proc::IsStopped(st->state) &&
             ::kill(p.pid, SIGCONT) == 0)
           ++continued;
       }
@@ -137,14 +137,15 @@ void Service::Recover() {
       loaded.push_back(std::move(*job));
     }
   }
-  // Keep the newest records; created is RFC 3339, so it sorts as text.
-  std::sort(loaded.begin(), loaded.end(), [](const Job& a, const Job& b) { return a.created > b.created; });
-  for (size_t i = 0; i < loaded.size(); ++i) {
-    if (i >= options_.max_job_records) {
-      std::filesystem::remove(JournalPath(loaded[i].id), ec);
-      continue;
-    }
-    jobs_.emplace(loaded[i].id, std::move(loaded[i]));
+  for (Job& job : loaded) jobs_.emplace(job.id, std::move(job));
+  PruneJobRecords();
+}
+
+void Service::PruneJobRecords() {
+  std::error_code ec;
+  for (const std::string& id : FinishedJobsBeyond(jobs_, options_.max_job_records)) {
+    std::filesystem::remove(JournalPath(id), ec);
+    jobs_.erase(id);
   }
 }
 
@@ -602,6 +603,7 @@ void Service::RunJob(const std::string& id, const std::function<Status(Job&)>& w
                            st.ok() ? "" : ": " + st.ToString()));
   running_.erase(job.lock_key);
   LeaveSnapshot(job.snapshot, id);
+  PruneJobRecords();  // `job` may be gone from here
   idle_.notify_all();
 }
 

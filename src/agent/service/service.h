@@ -86,7 +86,7 @@ struct ServiceOptions {
   std::string criu_bundle;                             // default: found
   std::string kubelet_log_dir = "/var/log/containers";
   int operation_timeout_s = 600;
-  size_t max_job_records = 1000;                       // finished records beyond this are pruned at start
+  size_t max_job_records = 1000;                       // finished records kept (the newest), at start and as jobs end
   std::function<void(const std::string&)> log;         // one line each
   // How to reach registries, asked once per pull or push (so credentials
   // read from a Secret are read again each time; agent/service/registry_access.h).
@@ -230,6 +230,9 @@ class Service {
   void OnTransferProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   // Under mu_: a job's records are written in the order of its changes.
   void Journal(const Job& job) const REQUIRES(mu_);
+  // Finished records beyond options_.max_job_records go, from the journal
+  // and from memory, those that finished first (FinishedJobsBeyond).
+  void PruneJobRecords() REQUIRES(mu_);
   std::string JournalPath(const std::string& id) const;
 
   ServiceOptions options_;

@@ -17,7 +17,9 @@
 #include <mutex>
 #include <future>
 #include <filesystem>
+#include <set>
 #include <thread>
+#include <variant>
 
 #include "gpusnap/snapshot.h"
 #include "proc/proc.h"
@@ -397,6 +399,66 @@ struct HeldRestores {
     return inside == n;
   }
 };
+
+TEST_F(AgentServiceTest, JobRecordsStayBoundedWhileTheAgentRunsAndARunningJobStays) {
+  options_.max_job_records = 3;
+  // The restore named "long" waits until let go; the others end at once.
+  std::atomic<bool> long_inside{false}, long_may_end{false};
+  options_.restore = [&](const RestoreOptions& o) -> Result<RestoreResult> {
+    if (o.name == "long") {
+      long_inside = true;
+      while (!long_may_end) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    RestoreResult r;
+    r.workload.name = o.name;
+    r.workload.pid = 4244;
+    return r;
+  };
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+  struct LetGoOnExit {  // after the service: its destructor waits for the long job
+    std::atomic<bool>& flag;
+    ~LetGoOnExit() { flag = true; }
+  } let_go{long_may_end};
+  Publish("snap");
+  RestoreRequest request;
+  request.source.id = "snap";
+  request.name = "long";
+  auto long_job = (*service)->StartRestore(request);
+  ASSERT_TRUE(std::holds_alternative<Accepted>(long_job));
+  for (int i = 0; i < 1000 && !long_inside; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::vector<std::string> finished;
+  for (int i = 0; i < 8; ++i) {
+    request.name = fmt::format("w{}", i);
+    Job job = Finished(**service, (*service)->StartRestore(request));
+    ASSERT_EQ(job.state, JobState::kSucceeded) << job.error;
+    finished.push_back(job.id);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // each finishes in a millisecond of its own
+  }
+  // The three that finished last, and the running one, in memory and in the journal alike.
+  std::set<std::string> expected(finished.end() - 3, finished.end());
+  expected.insert(std::get<Accepted>(long_job).job_id);
+  auto listed = [&] {
+    std::set<std::string> ids;
+    for (const Job& j : (*service)->ListJobs()) ids.insert(j.id);
+    return ids;
+  };
+  auto journaled = [&] {
+    std::set<std::string> ids;
+    for (const auto& e : std::filesystem::directory_iterator(options_.state_dir + "/jobs"))
+      ids.insert(e.path().stem().string());
+    return ids;
+  };
+  EXPECT_EQ(listed(), expected);
+  EXPECT_EQ(journaled(), expected);
+  // The long job ends last: it is kept, and the first of the three goes.
+  long_may_end = true;
+  Job long_done = Finished(**service, long_job);
+  EXPECT_EQ(long_done.state, JobState::kSucceeded) << long_done.error;
+  expected.erase(finished[5]);
+  EXPECT_EQ(listed(), expected);
+  EXPECT_EQ(journaled(), expected);
+}
 
 TEST_F(AgentServiceTest, RestoresOfOneSnapshotRunAtOnceAndItIsNotDeletedUnderThem) {
   HeldRestores held;
