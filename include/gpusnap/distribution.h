@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "gpusnap/progress.h"
@@ -11,6 +12,11 @@
 
 namespace gpusnap {
 
+namespace registry {
+struct TrustPolicy;  // registry/trust_policy.h
+class SigningKey;    // registry/sigstore.h
+}  // namespace registry
+
 // How to reach a registry.
 struct RegistryAccess {
   std::string credentials_file;  // a docker config.json; empty: $DOCKER_CONFIG, then ~/.docker
@@ -18,6 +24,10 @@ struct RegistryAccess {
   bool plain_http = false;       // HTTP instead of HTTPS, only when asked
   int timeout_s = 60;            // per request, between bytes
   int jobs = 8;                  // blobs moved at once
+  // What a pull trusts (containers-policy.json, parsed where it entered:
+  // registry::LoadTrustPolicy). Unset: registry::kDefaultPolicyPath, read
+  // when a pull begins; a pull without a policy is refused.
+  std::shared_ptr<const registry::TrustPolicy> policy;
 };
 
 struct PushOptions {
@@ -25,6 +35,8 @@ struct PushOptions {
   std::string id;         // a snapshot in the store
   RegistryReference reference;  // host[:port]/repository[:tag]: parsed where it entered (ParseRegistryReference)
   std::string mount_from; // another repository of the same registry that may hold the blobs
+  // Set: the pushed manifest is signed (a sigstore attachment) as `reference`.
+  std::shared_ptr<const registry::SigningKey> signing_key;
   RegistryAccess access;
   ProgressFn progress;
 };
@@ -47,6 +59,11 @@ struct TransferResult {
 // registry, is mounted instead), then the manifest under the reference's tag.
 Result<TransferResult> Push(const PushOptions& options);
 
+// Signs what `reference` names in its registry (a tag is resolved to its
+// manifest's digest, which is signed); returns the digest.
+Result<std::string> Sign(const RegistryReference& reference, const registry::SigningKey& key,
+                         const RegistryAccess& access);
+
 struct PullOptions {
   std::string store;
   RegistryReference reference;  // host[:port]/repository[:tag|@digest]: parsed where it entered
@@ -55,7 +72,9 @@ struct PullOptions {
   ProgressFn progress;
 };
 
-// Fetches what the store lacks (chunks already in it are not fetched again),
+// Resolves the reference to its manifest's digest and judges its signatures
+// by `access.policy` before any other blob is fetched; then fetches what the
+// store lacks (chunks already in it are not fetched again),
 // checking every blob's digest as it streams, into a staging directory that
 // survives an interruption (the next pull goes on from there), then publishes
 // the snapshot at once. Two pulls of one manifest on one store take turns:

@@ -6,6 +6,8 @@
 #include "cli/progress.h"
 #include "cli/usage.h"
 #include "gpusnap/distribution.h"
+#include "registry/sigstore.h"
+#include "registry/trust_policy.h"
 
 namespace gpusnap::cli {
 
@@ -67,6 +69,37 @@ void AddRegistryFlags(CLI::App& sub, RegistryAccess& access) {
       ->check(CLI::Range(1, 3600));
 }
 
+void AddTrustFlags(CLI::App& sub, RegistryAccess& access) {
+  sub.add_option_function<std::string>(
+      "--policy",
+      [&access](const std::string& path) {
+        access.policy = std::make_shared<const registry::TrustPolicy>(
+            ParsedOrUsageError(registry::LoadTrustPolicy(path), "--policy"));
+      },
+      fmt::format("Trust policy of a pull, containers-policy.json (default {}; none there: pulls are refused)",
+                  registry::kDefaultPolicyPath));
+}
+
+// --sign-by-sigstore-private-key KEY [--sign-passphrase-file F]: the key is
+// read and opened once the flags are parsed, before anything moves.
+std::function<std::shared_ptr<const registry::SigningKey>()> AddSigningFlags(CLI::App& sub) {
+  auto key_file = std::make_shared<std::string>();
+  auto passphrase_file = std::make_shared<std::string>();
+  sub.add_option("--sign-by-sigstore-private-key", *key_file,
+                 "Sign the manifest with this ECDSA P-256 key: cosign's encrypted format or a PKCS#8 PEM, mode 0600");
+  sub.add_option("--sign-passphrase-file", *passphrase_file,
+                 "The passphrase of an encrypted --sign-by-sigstore-private-key (its first line), mode 0600");
+  return [key_file, passphrase_file]() -> std::shared_ptr<const registry::SigningKey> {
+    if (key_file->empty()) {
+      if (!passphrase_file->empty())
+        throw CLI::ValidationError("--sign-passphrase-file", "needs --sign-by-sigstore-private-key");
+      return nullptr;
+    }
+    return std::make_shared<const registry::SigningKey>(
+        ParsedOrUsageError(registry::LoadSigningKey(*key_file, *passphrase_file), "--sign-by-sigstore-private-key"));
+  };
+}
+
 void AddRegistry(CLI::App& app, Context& ctx) {
   auto* push = app.add_subcommand("push", "Push a snapshot of the store to an OCI registry");
   auto popts = std::make_shared<PushOptions>();
@@ -82,8 +115,36 @@ void AddRegistry(CLI::App& app, Context& ctx) {
   push->add_option("--mount-from", popts->mount_from,
                    "Another repository of the same registry that may hold the blobs: mounted, not uploaded");
   AddRegistryFlags(*push, popts->access);
-  push->footer("Uploads only the blobs the registry lacks, then the manifest. Prints the manifest's digest.");
-  push->callback([&ctx, popts] { RunTransfer(ctx, "push", *popts, Push); });
+  auto push_key = AddSigningFlags(*push);
+  push->footer("Uploads only the blobs the registry lacks, then the manifest (and its signature, when asked). Prints "
+               "the manifest's digest.");
+  push->callback([&ctx, popts, push_key] {
+    popts->signing_key = push_key();
+    RunTransfer(ctx, "push", *popts, Push);
+  });
+
+  auto* sign = app.add_subcommand("sign", "Sign a snapshot already in an OCI registry (a sigstore signature)");
+  auto sign_ref = std::make_shared<RegistryReference>();
+  auto sign_access = std::make_shared<RegistryAccess>();
+  sign->add_option_function<std::string>(
+          "reference",
+          [sign_ref](const std::string& text) {
+            *sign_ref = ParsedOrUsageError(ParseRegistryReference(text), "reference");
+          },
+          "host[:port]/repository[:tag|@sha256:digest]: the identity the signature names")
+      ->required();
+  AddRegistryFlags(*sign, *sign_access);
+  auto sign_key = AddSigningFlags(*sign);
+  sign->footer("Adds a signature of the manifest's digest to its sigstore attachment (sha256-<hex>.sig). Prints the "
+               "digest.");
+  sign->callback([&ctx, sign_ref, sign_access, sign_key] {
+    auto key = sign_key();
+    if (!key) throw CLI::RequiredError("--sign-by-sigstore-private-key");
+    auto digest = Sign(*sign_ref, *key, *sign_access);
+    if (!digest.ok()) return ctx.Fail(digest.status());
+    if (ctx.json) return ctx.PrintJson({{"reference", sign_ref->ToString()}, {"digest", *digest}});
+    std::printf("%s\n", digest->c_str());
+  });
 
   auto* pull = app.add_subcommand("pull", "Pull a snapshot from an OCI registry into the store");
   auto qopts = std::make_shared<PullOptions>();
@@ -97,6 +158,7 @@ void AddRegistry(CLI::App& app, Context& ctx) {
   pull->add_option("--as", qopts->as_id, "Its id in the store (default: the snapshot's own)");
   pull->add_option("--store", qopts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   AddRegistryFlags(*pull, qopts->access);
+  AddTrustFlags(*pull, qopts->access);
   pull->footer(
       "Fetches only what the store lacks, checks every digest, and publishes the snapshot at once; an interrupted "
       "pull goes on where it stopped. Prints the snapshot id.");

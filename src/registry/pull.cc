@@ -22,7 +22,9 @@
 #include "registry/artifact.h"
 #include "registry/client.h"
 #include "registry/reference.h"
+#include "registry/signatures.h"
 #include "registry/snapshot_blobs.h"
+#include "registry/trust_policy.h"
 #include "registry/staged_pull.h"
 #include "registry/transfer.h"
 #include "store/layout.h"
@@ -215,6 +217,11 @@ Status CheckFilesMatch(const registry::Artifact& a, const SnapshotMeta& meta, co
     if (it->second.size != f.blob.size)
       return Status::Error(Code::kCorruption, "`{}`: file `{}` is {} bytes in the artifact, {} in its gpusnap.json", ref,
                            f.path, f.blob.size, it->second.size);
+    // The layer's digest is checked as its bytes stream; this ties that
+    // digest to the one gpusnap.json (the config the manifest names) lists.
+    if (registry::BlobDigest(it->second.sha256) != f.blob.digest)
+      return Status::Error(Code::kCorruption, "`{}`: file `{}` is blob {} in the artifact, sha256:{} in its gpusnap.json",
+                           ref, f.path, f.blob.digest, it->second.sha256);
   }
   return Status::Ok();
 }
@@ -247,6 +254,14 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   RegistryClient& client = *p->client_;
   const std::string& repo = p->ref_.repository;
   GPUSNAP_ASSIGN_OR_RETURN(Manifest manifest, client.GetManifest(repo, p->ref_.ManifestName()));
+  // Trusted before anything else of it is fetched or read: the config and
+  // every blob are then checked against this manifest.
+  std::shared_ptr<const TrustPolicy> policy = o.access.policy;
+  if (!policy) {
+    GPUSNAP_ASSIGN_OR_RETURN(TrustPolicy loaded, LoadTrustPolicy(""));
+    policy = std::make_shared<const TrustPolicy>(std::move(loaded));
+  }
+  GPUSNAP_RETURN_IF_ERROR(VerifyManifest(client, *policy, p->ref_, manifest.digest));
   GPUSNAP_ASSIGN_OR_RETURN(p->artifact_, ParseManifest(manifest.bytes, manifest.media_type, r));
 
   // 2. One pull of a manifest at a time, taken before any blob moves: the

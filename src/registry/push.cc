@@ -16,6 +16,7 @@
 #include "registry/artifact.h"
 #include "registry/client.h"
 #include "registry/reference.h"
+#include "registry/signatures.h"
 #include "registry/snapshot_blobs.h"
 #include "registry/transfer.h"
 #include "store/layout.h"
@@ -161,12 +162,27 @@ Result<TransferResult> Push(const PushOptions& o) {
   PauseIfRequested("push-manifest");
   GPUSNAP_ASSIGN_OR_RETURN(std::string digest,
                            client->PutManifest(ref.repository, ref.tag, manifest, registry::kManifestMediaType));
+  // 5. Its signature, when asked for: the manifest is there, so a failure
+  // here leaves an unsigned push that `gpusnap sign` can complete.
+  if (o.signing_key)
+    GPUSNAP_RETURN_IF_ERROR(registry::SignManifest(*client, ref, digest, *o.signing_key)
+                                .Wrap(fmt::format("signing `{}` ({}); pushed unsigned", ref.ToString(), digest)));
   TransferResult result;
   result.id = meta.id;
   result.reference = ref.ToString();
   result.manifest_digest = digest;
   meter.Finish(result);
   return result;
+}
+
+Result<std::string> Sign(const RegistryReference& ref, const registry::SigningKey& key, const RegistryAccess& access) {
+  GPUSNAP_ASSIGN_OR_RETURN(auto client, registry::RegistryClient::Create(ref.host, {access.credentials_file,
+                                                                                   access.ca_file, access.plain_http,
+                                                                                   access.timeout_s}));
+  GPUSNAP_ASSIGN_OR_RETURN(registry::Manifest manifest, client->GetManifest(ref.repository, ref.ManifestName()));
+  GPUSNAP_RETURN_IF_ERROR(registry::SignManifest(*client, ref, manifest.digest, key)
+                              .Wrap(fmt::format("signing `{}` ({})", ref.ToString(), manifest.digest)));
+  return manifest.digest;
 }
 
 }  // namespace gpusnap

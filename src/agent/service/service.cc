@@ -299,6 +299,7 @@ Status Service::PushSnapshot(const std::string& id, const std::string& snapshot,
                       .id = snapshot,
                       .reference = *ref,
                       .mount_from = "",
+                      .signing_key = nullptr,
                       .access = *access,
                       .progress = [this, id](const ProgressEvent& e) { OnTransferProgress(id, e); }});
   if (!pushed.ok()) return failed(pushed.status());

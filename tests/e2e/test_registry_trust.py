@@ -1,0 +1,189 @@
+"""Signed snapshots through a real registry (Debian's docker-registry) and
+skopeo: gpusnap's sigstore signatures verified by skopeo, skopeo's by
+gpusnap, and a pull under a trust policy that refuses, with one line and the
+store as it was, an unsigned snapshot, a signature by another key, a
+signature of another digest and one naming another repository
+(docs/DISTRIBUTION.md, "Signed snapshots")."""
+import base64
+import hashlib
+import json
+import os
+import subprocess
+
+import registry
+from harness import GpusnapCase
+from test_registry import SKOPEO, RegistryMixin, require_registry
+
+PASSPHRASE = "a test passphrase"
+
+
+def openssl(*args, data=None):
+    return subprocess.run(["openssl", *args], input=data, capture_output=True, check=True).stdout
+
+
+def make_key_pair(directory, name, cosign_format):
+    """An ECDSA P-256 key pair: NAME.key (cosign's encrypted format, or a
+    plain PKCS#8 PEM), NAME.pub; both paths. cosign's format is made here
+    with hashlib's scrypt and PyNaCl's secretbox, apart from gpusnap's code."""
+    pem = openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256")
+    pub = os.path.join(directory, name + ".pub")
+    with open(pub, "wb") as f:
+        f.write(openssl("pkey", "-pubout", data=pem))
+    key = os.path.join(directory, name + ".key")
+    if cosign_format:
+        import nacl.secret  # python3-nacl
+        der = openssl("pkcs8", "-topk8", "-nocrypt", "-outform", "DER", data=pem)
+        salt, nonce = os.urandom(32), os.urandom(24)
+        secret = hashlib.scrypt(PASSPHRASE.encode(), salt=salt, n=32768, r=8, p=1, maxmem=64 << 20, dklen=32)
+        sealed = nacl.secret.SecretBox(secret).encrypt(der, nonce).ciphertext
+        body = json.dumps({"kdf": {"name": "scrypt", "params": {"N": 32768, "r": 8, "p": 1},
+                                   "salt": base64.b64encode(salt).decode()},
+                           "cipher": {"name": "nacl/secretbox", "nonce": base64.b64encode(nonce).decode()},
+                           "ciphertext": base64.b64encode(sealed).decode()})
+        b64 = base64.b64encode(body.encode()).decode()
+        pem = ("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n" +
+               "".join(b64[i:i + 64] + "\n" for i in range(0, len(b64), 64)) +
+               "-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n").encode()
+    fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    return key, pub
+
+
+class SignedSnapshots(RegistryMixin, GpusnapCase):
+    def setUp(self):
+        super().setUp()
+        require_registry(self)
+        try:
+            import nacl.secret  # noqa: F401
+        except ImportError:
+            self.skipTest("no python3-nacl (cosign-format keys are made with it)")
+        self.reg = self.start_registry()
+        self.run_counter("cnt")
+        self.snap = self.checkpoint("cnt")
+        self.ref = f"{self.reg.host}/team/counter:v1"
+        self.key, self.pub = make_key_pair(self.tmp, "cosign", cosign_format=True)
+        self.other_key, self.other_pub = make_key_pair(self.tmp, "other", cosign_format=False)
+        self.passphrase = os.path.join(self.tmp, "passphrase")
+        fd = os.open(self.passphrase, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(PASSPHRASE + "\n")
+        # skopeo reads and writes sigstore attachments only where registries.d says so.
+        self.registries_d = os.path.join(self.tmp, "registries.d")
+        os.makedirs(self.registries_d)
+        with open(os.path.join(self.registries_d, "test.yaml"), "w") as f:
+            f.write(f"docker:\n  {self.reg.host}:\n    use-sigstore-attachments: true\n")
+        self.node_b = self.other_store("store-b")
+
+    def policy(self, name, pub):
+        """A policy: signatures by `pub` for the test's registry, nothing else."""
+        path = os.path.join(self.tmp, name + ".json")
+        with open(path, "w") as f:
+            json.dump({"default": [{"type": "reject"}],
+                       "transports": {"docker": {self.reg.host: [{"type": "sigstoreSigned", "keyPath": pub}]},
+                                      "dir": {"": [{"type": "insecureAcceptAnything"}]}}}, f)
+        return path
+
+    def skopeo_trusting(self, policy, *args):
+        home = os.path.join(self.tmp, "skopeo-home")
+        os.makedirs(home, exist_ok=True)
+        conf = os.path.join(home, "registries.conf")
+        open(conf, "a").close()
+        env = dict(os.environ, HOME=home, XDG_RUNTIME_DIR=home, CONTAINERS_REGISTRIES_CONF=conf)
+        flags = ["--policy", policy] if policy else ["--insecure-policy"]
+        return subprocess.run([SKOPEO, *flags, "--registries.d", self.registries_d, *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    def push(self, ref, *extra):
+        return json.loads(self.gs("--json", "push", self.snap, ref, "--plain-http", *extra).stdout)
+
+    def push_signed(self, ref):
+        return self.push(ref, "--sign-by-sigstore-private-key", self.key, "--sign-passphrase-file", self.passphrase)
+
+    def refused(self, ref, policy, says):
+        p = self.gs("pull", ref, "--plain-http", "--policy", policy, check=False, env=self.node_b)
+        line = self.one_line_error(p)
+        self.assertIn(ref, line)
+        self.assertIn(says, line)
+        self.assertEqual(self.store_is_empty(self.node_b), [])
+        return line
+
+    def skip_if_skopeo_has_no_sigstore(self, p):
+        # Debian's skopeo 1.9.3 is built without sigstore ("Debian-local change: sigstore disabled"):
+        # it neither signs nor verifies sigstore signatures, though it copies their attachments.
+        if p.returncode != 0 and "sigstore disabled" in p.stderr:
+            self.skipTest("this skopeo is built with sigstore disabled (Debian's 1.9.3): " + p.stderr.strip()[-80:])
+
+    def test_skopeo_verifies_gpusnaps_signature(self):
+        digest = self.push_signed(self.ref)["digest"]
+        # gpusnap pulls it under a policy trusting the key.
+        pulled = self.gs_json("pull", self.ref, "--plain-http", "--policy", self.policy("p", self.pub), env=self.node_b)
+        self.assertEqual(pulled["id"], self.snap)
+        self.assertEqual(pulled["digest"], digest)
+        out = os.path.join(self.tmp, "copied")
+        p = self.skopeo_trusting(self.policy("trusts-cosign", self.pub), "copy", "--src-tls-verify=false",
+                                 f"docker://{self.ref}", f"dir:{out}")
+        self.skip_if_skopeo_has_no_sigstore(p)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = self.skopeo_trusting(self.policy("trusts-other", self.other_pub), "copy", "--src-tls-verify=false",
+                                 f"docker://{self.ref}", f"dir:{out}-2")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("signature", p.stderr.lower())
+
+    def test_gpusnap_verifies_skopeos_signature_and_restores(self):
+        self.push(f"{self.reg.host}/team/counter:unsigned")
+        signed = f"{self.reg.host}/team/counter:by-skopeo"
+        p = self.skopeo_trusting(None, "copy", "--src-tls-verify=false", "--dest-tls-verify=false",
+                                 "--sign-by-sigstore-private-key", self.key, "--sign-passphrase-file", self.passphrase,
+                                 f"docker://{self.reg.host}/team/counter:unsigned", f"docker://{signed}")
+        self.skip_if_skopeo_has_no_sigstore(p)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = self.gs_json("restore", signed, "--plain-http", "--policy", self.policy("p", self.pub), "--name", "copy",
+                           env=self.node_b)
+        self.wait_count(out["pid"], self.count(out["pid"]) + 2)
+
+    def test_an_unsigned_snapshot_and_one_by_another_key_are_refused(self):
+        self.push(self.ref)
+        self.refused(self.ref, self.policy("p", self.pub), "no signature")
+        signed_by_other = f"{self.reg.host}/team/counter:other"
+        self.push(signed_by_other, "--sign-by-sigstore-private-key", self.other_key)
+        self.refused(signed_by_other, self.policy("p", self.pub), "no key the policy trusts")
+
+    def test_a_signature_of_another_digest_or_naming_another_repository_is_refused(self):
+        first = self.push_signed(self.ref)["digest"]
+        # The tag moves to other bytes, and the old signature is put beside them.
+        self.run_counter("cnt2")
+        self.snap = self.checkpoint("cnt2")
+        second = self.push(self.ref)["digest"]
+        self.assertNotEqual(first, second)
+        copy = self.skopeo_trusting(None, "copy", "--src-tls-verify=false", "--dest-tls-verify=false",
+                                    f"docker://{self.reg.host}/team/counter:sha256-{first[7:]}.sig",
+                                    f"docker://{self.reg.host}/team/counter:sha256-{second[7:]}.sig")
+        self.assertEqual(copy.returncode, 0, copy.stderr)
+        self.refused(self.ref, self.policy("p", self.pub), f"another digest, {first}")
+        # A signed snapshot copied, signature and all, into another repository.
+        elsewhere = f"{self.reg.host}/evil/counter:v1"
+        signed = f"{self.reg.host}/team/counter:signed"
+        self.push_signed(signed)
+        copy = self.skopeo_trusting(None, "copy", "--src-tls-verify=false", "--dest-tls-verify=false",
+                                    f"docker://{signed}", f"docker://{elsewhere}")
+        self.assertEqual(copy.returncode, 0, copy.stderr)
+        self.refused(elsewhere, self.policy("p", self.pub), f"a signature for `{signed}`")
+
+    def test_a_policy_that_rejects_and_a_key_file_others_may_read(self):
+        self.push(self.ref)
+        reject = os.path.join(self.tmp, "reject.json")
+        with open(reject, "w") as f:
+            json.dump({"default": [{"type": "reject"}]}, f)
+        self.refused(self.ref, reject, "rejects everything")
+        os.chmod(self.key, 0o644)
+        p = self.gs("push", self.snap, self.ref, "--plain-http", "--sign-by-sigstore-private-key", self.key,
+                    "--sign-passphrase-file", self.passphrase, check=False)
+        line = self.one_line_error(p)
+        self.assertIn("mode 0644", line)
+        self.assertNotIn("BEGIN", p.stderr)
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
