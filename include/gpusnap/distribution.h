@@ -3,13 +3,29 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gpusnap/progress.h"
 #include "gpusnap/status.h"
 #include "store/registry_reference.h"
 
 namespace gpusnap {
+
+// The keys of encrypted artifacts (docs/DISTRIBUTION.md, "Encrypted
+// snapshots"), read once where they enter; opaque here, never printed.
+struct EncryptionKeys;
+struct DecryptionKeys;
+
+// What a push encrypts for: the recipients (each `jwe:PUB.pem`, a public key
+// as skopeo's --encryption-key names it) and the tenant secret from which
+// every blob's key derives (a file of mode 0600 holding at least 32 bytes;
+// empty: a fresh secret, so that no blob of this push equals one of another).
+Result<std::shared_ptr<const EncryptionKeys>> ReadEncryptionKeys(const std::vector<std::string>& recipients,
+                                                                 const std::string& secret_file);
+// Private keys (PEM files of mode 0600, not passphrase-protected).
+Result<std::shared_ptr<const DecryptionKeys>> ReadDecryptionKeys(const std::vector<std::string>& files);
 
 // How to reach a registry.
 struct RegistryAccess {
@@ -18,6 +34,8 @@ struct RegistryAccess {
   bool plain_http = false;       // HTTP instead of HTTPS, only when asked
   int timeout_s = 60;            // per request, between bytes
   int jobs = 8;                  // blobs moved at once
+  // Opens encrypted artifacts; none: an encrypted artifact is refused.
+  std::shared_ptr<const DecryptionKeys> decryption_keys;
 };
 
 struct PushOptions {
@@ -25,6 +43,7 @@ struct PushOptions {
   std::string id;         // a snapshot in the store
   RegistryReference reference;  // host[:port]/repository[:tag]: parsed where it entered (ParseRegistryReference)
   std::string mount_from; // another repository of the same registry that may hold the blobs
+  std::shared_ptr<const EncryptionKeys> encryption;  // none: the blobs are pushed as they are
   RegistryAccess access;
   ProgressFn progress;
 };

@@ -228,6 +228,7 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->add_option("--name", opts->name, "Name of the restored workload (default: the source's)")
       ->check(WorkloadNameError);
   AddRegistryFlags(*sub, opts->registry);
+  AddDecryptionKeyFlag(*sub, opts->registry);
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap; in-process)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take (in-process)")->capture_default_str();
   sub->add_flag("-v,--verbose", opts->verbose, "Verbose CRIU log (in-process)");
@@ -252,7 +253,7 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->callback([&ctx, sub, opts, agent] {
     RunOperation(ctx, *sub, *agent, *opts, "restore",
                  {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus", "--registry-config", "--ca-file",
-                  "--plain-http", "--jobs", "--registry-timeout", "--huge-pages", "--lazy-pages"},
+                  "--plain-http", "--jobs", "--registry-timeout", "--decryption-key", "--huge-pages", "--lazy-pages"},
                  RestoreThroughAgent, RestoreHere, PrintRestore);
   });
 }

@@ -45,6 +45,8 @@ void AddGpushare(CLI::App& app, Context& ctx);  // gpushare state|suspend|resume
 void AddRegistry(CLI::App& app, Context& ctx);  // push, pull
 // --registry-config, --ca-file, --plain-http, --jobs, --registry-timeout
 void AddRegistryFlags(CLI::App& sub, RegistryAccess& access);
+// --decryption-key PRIVATE.pem (repeatable), read where it enters
+void AddDecryptionKeyFlag(CLI::App& sub, RegistryAccess& access);
 
 // Through the node agent or in-process (agent_client.cc; the rules are in
 // agent/client/route.h). --agent SOCKET and --no-agent, on the subcommands that may
