@@ -11,10 +11,13 @@ namespace {
 
 using nlohmann::json;
 
-json Descriptor(const char* media_type, const Blob& b, json annotations = json::object()) {
+// `encrypted_type`: the media type of the blob encrypted (default: `media_type` + `+encrypted`).
+json Descriptor(const char* media_type, const Blob& b, json annotations = json::object(),
+                const char* encrypted_type = nullptr) {
   json d = {{"mediaType", media_type}, {"digest", b.digest}, {"size", b.size}};
   if (b.encryption.encrypted()) {
-    d["mediaType"] = std::string(media_type) + std::string(kEncryptedMediaTypeSuffix);
+    d["mediaType"] = encrypted_type ? std::string(encrypted_type)
+                                    : std::string(media_type) + std::string(kEncryptedMediaTypeSuffix);
     annotations[kJweKeysAnnotation] = b.encryption.keys_jwe;
     annotations[kPublicOptionsAnnotation] = b.encryption.public_options;
   }
@@ -59,7 +62,7 @@ std::string ManifestJson(const Artifact& a) {
   json m = {{"schemaVersion", 2},
             {"mediaType", kManifestMediaType},
             {"artifactType", kArtifactType},
-            {"config", Descriptor(kConfigMediaType, a.config)},
+            {"config", Descriptor(kConfigMediaType, a.config, json::object(), kEncryptedConfigMediaType)},
             {"layers", std::move(layers)},
             {"annotations", {{kSnapshotIdAnnotation, a.snapshot_id}}}};
   return m.dump();
@@ -86,6 +89,7 @@ Result<Artifact> ParseManifest(std::string_view bytes, std::string_view media_ty
     std::string t = d.is_object() ? str(d, "mediaType") : "";
     bool encrypted = t.ends_with(kEncryptedMediaTypeSuffix);
     if (encrypted) t.resize(t.size() - kEncryptedMediaTypeSuffix.size());
+    if (t == kEncryptedConfigMediaType) return std::pair{std::string(kConfigMediaType), true};
     return std::pair{t, encrypted};
   };
   auto blob = [&](const json& d, const std::string& what) -> Result<Blob> {
@@ -109,6 +113,10 @@ Result<Artifact> ParseManifest(std::string_view bytes, std::string_view media_ty
   auto config_it = m.find("config");
   if (config_it == m.end()) return bad("its manifest has no config");
   std::string config_type = media(*config_it).first;
+  // Without an artifactType the config's type names the artifact (image-spec
+  // 1.1), as in a copy made by a tool that rewrites the manifest without it
+  // (skopeo 1.9's decryption).
+  if (artifact_type.empty() && config_type == kConfigMediaType) artifact_type = kArtifactType;
   if (artifact_type != kArtifactType) {
     if (artifact_type.empty() && config_type.find("image.config") != std::string::npos)
       return bad(fmt::format("it is a container image (config `{}`)", config_type));

@@ -29,6 +29,11 @@ namespace gpusnap::registry {
 inline constexpr const char* kManifestMediaType = "application/vnd.oci.image.manifest.v1+json";
 inline constexpr const char* kArtifactType = "application/vnd.gpusnap.snapshot.v1";
 inline constexpr const char* kConfigMediaType = "application/vnd.gpusnap.snapshot.config.v1+json";
+// An encrypted artifact's config: gpusnap.json encrypted as its layers are,
+// under a type of its own rather than `+encrypted`, because containers/image
+// (skopeo) decrypts a config of that suffix and then refuses it for its
+// changed digest, failing the whole copy.
+inline constexpr const char* kEncryptedConfigMediaType = "application/vnd.gpusnap.snapshot.config.encrypted.v1";
 inline constexpr const char* kFileMediaType = "application/vnd.gpusnap.snapshot.file.v1";
 inline constexpr const char* kChunkMediaType = "application/vnd.gpusnap.gpushare.chunk.v1";
 inline constexpr const char* kTitleAnnotation = "org.opencontainers.image.title";

@@ -87,7 +87,7 @@ Artifact EncryptedSample() {
 
 TEST(ArtifactTest, AnEncryptedManifestIsOcicryptsAndNamesNoChunk) {
   auto m = nlohmann::json::parse(ManifestJson(EncryptedSample()));
-  EXPECT_EQ(m["config"]["mediaType"], std::string(kConfigMediaType) + "+encrypted");
+  EXPECT_EQ(m["config"]["mediaType"], kEncryptedConfigMediaType);
   EXPECT_EQ(m["config"]["annotations"][kJweKeysAnnotation], "andl");
   EXPECT_EQ(m["config"]["annotations"][kPublicOptionsAnnotation], "cHVi");
   EXPECT_EQ(m["layers"][0]["mediaType"], std::string(kFileMediaType) + "+encrypted");
@@ -112,6 +112,16 @@ TEST(ArtifactTest, AnEncryptedManifestIsOcicryptsAndNamesNoChunk) {
   auto short_of_one = NameChunksInOrder(again, {std::string(32, 'a')}, "r");
   ASSERT_FALSE(short_of_one.ok());
   EXPECT_NE(short_of_one.message().find("name 1 chunks, the artifact holds 2"), std::string::npos);
+}
+
+TEST(ArtifactTest, WithoutAnArtifactTypeTheConfigsTypeNamesIt) {
+  for (const Artifact& a : {Sample(), EncryptedSample()}) {
+    auto m = nlohmann::json::parse(ManifestJson(a));
+    m.erase("artifactType");
+    auto back = ParseManifest(m.dump(), kManifestMediaType, "r");
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->config, a.config);
+  }
 }
 
 TEST(ArtifactTest, RefusesEncryptedBlobsWithoutTheirKeyAndHalfNamedChunks) {
