@@ -38,7 +38,16 @@ LayerKey KeyOf(std::string_view key_hex, std::string_view nonce_hex) {
   return k;
 }
 
-Pkey NewRsaKey() { return Pkey(EVP_RSA_gen(2048)); }
+// Three keys for the whole suite: an RSA key takes a while to make.
+Pkey NewRsaKey() {
+  static std::vector<Pkey> keys = [] {
+    std::vector<Pkey> k;
+    for (int i = 0; i < 3; ++i) k.emplace_back(EVP_RSA_gen(2048));
+    return k;
+  }();
+  static size_t next = 0;
+  return keys[next++ % keys.size()];
+}
 
 // A private key and a JWE of ocicrypt's private options for it, made by another
 // implementation (Python's `cryptography`): RSA-OAEP-256, flattened serialization.
