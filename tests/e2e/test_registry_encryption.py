@@ -10,8 +10,8 @@ import os
 import subprocess
 import urllib.request
 
-from harness import GpusnapCase
-from test_registry import RegistryMixin, require_registry
+from harness import FakeGpuCase, GpusnapCase, WorkerSteps
+from test_registry import SHIM, WORKER, RegistryMixin, require_registry
 
 # The workload holds the secret in several objects of its heap, read from a
 # file it then removes, so that neither its command line nor its files hold it.
@@ -30,19 +30,15 @@ def openssl(*args):
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
-class EncryptedPushPull(RegistryMixin, GpusnapCase):
-    def setUp(self):
-        super().setUp()
-        require_registry(self)
-        self.reg = self.start_registry()
+class TenantKeys:
+    """A tenant's key pair, another's, and the tenant secret, in files of mode 0600."""
+
+    def make_keys(self):
         self.keys = os.path.join(self.tmp, "keys")
         os.makedirs(self.keys, mode=0o700)
         self.pub, self.priv = self.key_pair("tenant")
         self.other_pub, self.other_priv = self.key_pair("other")
         self.secret_file = self.owner_only("secret", os.urandom(32))
-        self.secret = os.urandom(64)
-        self.snap = self.checkpoint_holder()
-        self.ref = f"{self.reg.host}/team/holder:v1"
 
     def key_pair(self, name):
         priv, pub = (os.path.join(self.keys, f"{name}{s}") for s in ("-priv.pem", "-pub.pem"))
@@ -57,6 +53,20 @@ class EncryptedPushPull(RegistryMixin, GpusnapCase):
             f.write(data)
         os.chmod(path, 0o600)
         return path
+
+    def encryption_flags(self):
+        return ["--encryption-key", f"jwe:{self.pub}", "--encryption-secret-file", self.secret_file]
+
+
+class EncryptedPushPull(TenantKeys, RegistryMixin, GpusnapCase):
+    def setUp(self):
+        super().setUp()
+        require_registry(self)
+        self.reg = self.start_registry()
+        self.make_keys()
+        self.secret = os.urandom(64)
+        self.snap = self.checkpoint_holder()
+        self.ref = f"{self.reg.host}/team/holder:v1"
 
     def checkpoint_holder(self):
         path = os.path.join(self.tmp, "secret.bin")
@@ -77,8 +87,7 @@ class EncryptedPushPull(RegistryMixin, GpusnapCase):
         return json.loads(p.stdout) if check else p
 
     def encrypted(self, *extra, ref=None):
-        return self.push("--encryption-key", f"jwe:{self.pub}", "--encryption-secret-file", self.secret_file,
-                         *extra, ref=ref)
+        return self.push(*self.encryption_flags(), *extra, ref=ref)
 
     def stored_files_holding(self, needle):
         found = []
@@ -239,6 +248,54 @@ class EncryptedPushPull(RegistryMixin, GpusnapCase):
         p = self.skopeo("copy", "--src-tls-verify=false", "--decryption-key", self.other_priv,
                         f"docker://{self.ref}", f"oci:{layout}-2:v1", check=False)
         self.assertNotEqual(p.returncode, 0)
+
+
+class EncryptedChunks(TenantKeys, RegistryMixin, WorkerSteps, FakeGpuCase):
+    """gpushare chunks encrypted: unnamed in the manifest, named again by the
+    pull from the decrypted chunk manifests, moved once per tenant secret."""
+
+    def setUp(self):
+        super().setUp()
+        require_registry(self)
+        for path in (WORKER, SHIM):
+            if not os.path.exists(path):
+                self.skipTest(f"no {path}")
+        self.reg = self.start_registry()
+        self.make_keys()
+        self.output = os.path.join(self.run_dir, "logs", "vmm.log")
+
+    def test_encrypted_chunks_dedupe_and_restore(self):
+        self.gs("run", "--gpushare", "--name", "vmm", "--", WORKER, "--mib", "200,5", "--interval-ms", "20",
+                "--device-file", self.device, env=self.gpu_env)
+        self.wait_steps(3)
+        first = self.gs("checkpoint", "vmm", "--leave-running", env=self.gpu_env).stdout.strip().splitlines()[-1]
+        ref = f"{self.reg.host}/team/vmm"
+        one = self.gs_json("push", first, ref + ":one", "--plain-http", *self.encryption_flags(), env=self.gpu_env)
+        again = self.gs_json("push", first, ref + ":again", "--plain-http", *self.encryption_flags(),
+                             env=self.gpu_env)
+        self.assertEqual(again["blobs_moved"], 0)
+        self.wait_steps(len(self.steps()) + 3)
+        second = self.gs("checkpoint", "vmm", env=self.gpu_env).stdout.strip().splitlines()[-1]
+        two = self.gs_json("push", second, ref + ":two", "--plain-http", *self.encryption_flags(), env=self.gpu_env)
+        # The second snapshot shares chunks with the first: their encrypted blobs are the same.
+        self.assertLess(two["bytes_moved"], one["bytes_moved"])
+        layers = lambda tag: json.loads(self.skopeo("inspect", "--raw", "--tls-verify=false",
+                                                     f"docker://{ref}:{tag}").stdout)["layers"]
+        chunks = [l for l in layers("two") if l["mediaType"] == "application/vnd.gpusnap.gpushare.chunk.v1+encrypted"]
+        self.assertTrue(chunks)
+        self.assertFalse([l for l in chunks if "io.gpusnap.chunk.xxh3-128" in l["annotations"]])
+        shared = {l["digest"] for l in layers("one")} & {l["digest"] for l in chunks}
+        self.assertTrue(shared)
+        node_b = dict(self.gpu_env, GPUSNAP_STORE=os.path.join(self.tmp, "store-b"))
+        a = self.gs_json("pull", ref + ":one", "--plain-http", "--decryption-key", self.priv, env=node_b)
+        b = self.gs_json("pull", ref + ":two", "--plain-http", "--decryption-key", self.priv, env=node_b)
+        self.assertGreater(b["blobs_skipped"], 0)
+        self.assertLess(b["bytes_moved"], a["bytes_moved"])
+        self.gs("inspect", "--verify", second, env=node_b)
+        self.set_device_state(2)
+        out = self.gs_json("restore", second, "--name", "copy", env=node_b)
+        self.assertGreater(out["pid"], 0)
+        self.wait_steps(len(self.steps()) + 3)
 
 
 if __name__ == "__main__":
