@@ -11,7 +11,7 @@ import subprocess
 import urllib.request
 
 from harness import FakeGpuCase, GpusnapCase, WorkerSteps
-from test_registry import SHIM, WORKER, RegistryMixin, require_registry
+from test_registry import WORKER, RegistryMixin, require_registry
 
 # The workload holds the secret in several objects of its heap, read from a
 # file it then removes, so that neither its command line nor its files hold it.
@@ -256,13 +256,8 @@ class EncryptedChunks(TenantKeys, RegistryMixin, WorkerSteps, FakeGpuCase):
 
     def setUp(self):
         super().setUp()
-        require_registry(self)
-        for path in (WORKER, SHIM):
-            if not os.path.exists(path):
-                self.skipTest(f"no {path}")
-        self.reg = self.start_registry()
+        self.start_worker_registry()
         self.make_keys()
-        self.output = os.path.join(self.run_dir, "logs", "vmm.log")
 
     def test_encrypted_chunks_dedupe_and_restore(self):
         self.gs("run", "--gpushare", "--name", "vmm", "--", WORKER, "--mib", "200,5", "--interval-ms", "20",
