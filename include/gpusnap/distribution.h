@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gpusnap/progress.h"
 #include "gpusnap/status.h"
@@ -16,6 +17,19 @@ namespace registry {
 struct TrustPolicy;  // registry/trust_policy.h
 class SigningKey;    // registry/sigstore.h
 }  // namespace registry
+// The keys of encrypted artifacts (docs/DISTRIBUTION.md, "Encrypted
+// snapshots"), read once where they enter; opaque here, never printed.
+struct EncryptionKeys;
+struct DecryptionKeys;
+
+// What a push encrypts for: the recipients (each `jwe:PUB.pem`, a public key
+// as skopeo's --encryption-key names it) and the tenant secret from which
+// every blob's key derives (a file of mode 0600 holding at least 32 bytes;
+// empty: a fresh secret, so that no blob of this push equals one of another).
+Result<std::shared_ptr<const EncryptionKeys>> ReadEncryptionKeys(const std::vector<std::string>& recipients,
+                                                                 const std::string& secret_file);
+// Private keys (PEM files of mode 0600, not passphrase-protected).
+Result<std::shared_ptr<const DecryptionKeys>> ReadDecryptionKeys(const std::vector<std::string>& files);
 
 // How to reach a registry.
 struct RegistryAccess {
@@ -28,6 +42,8 @@ struct RegistryAccess {
   // registry::LoadTrustPolicy). Unset: registry::kDefaultPolicyPath, read
   // when a pull begins; a pull without a policy is refused.
   std::shared_ptr<const registry::TrustPolicy> policy;
+  // Opens encrypted artifacts; none: an encrypted artifact is refused.
+  std::shared_ptr<const DecryptionKeys> decryption_keys;
 };
 
 struct PushOptions {
@@ -37,6 +53,7 @@ struct PushOptions {
   std::string mount_from; // another repository of the same registry that may hold the blobs
   // Set: the pushed manifest is signed (a sigstore attachment) as `reference`.
   std::shared_ptr<const registry::SigningKey> signing_key;
+  std::shared_ptr<const EncryptionKeys> encryption;  // none: the blobs are pushed as they are
   RegistryAccess access;
   ProgressFn progress;
 };

@@ -47,6 +47,8 @@ void AddRegistry(CLI::App& app, Context& ctx);  // push, pull
 void AddRegistryFlags(CLI::App& sub, RegistryAccess& access);
 // --policy: what a pull trusts (registry.cc)
 void AddTrustFlags(CLI::App& sub, RegistryAccess& access);
+// --decryption-key PRIVATE.pem (repeatable), read where it enters
+void AddDecryptionKeyFlag(CLI::App& sub, RegistryAccess& access);
 
 // Through the node agent or in-process (agent_client.cc; the rules are in
 // agent/client/route.h). --agent SOCKET and --no-agent, on the subcommands that may

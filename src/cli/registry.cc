@@ -100,6 +100,15 @@ std::function<std::shared_ptr<const registry::SigningKey>()> AddSigningFlags(CLI
   };
 }
 
+void AddDecryptionKeyFlag(CLI::App& sub, RegistryAccess& access) {
+  sub.add_option_function<std::vector<std::string>>(
+      "--decryption-key",
+      [&access](const std::vector<std::string>& files) {
+        access.decryption_keys = ParsedOrUsageError(ReadDecryptionKeys(files), "--decryption-key");
+      },
+      "Open encrypted artifacts with this private key (PEM, RSA, mode 0600; repeatable: any that opens one does)");
+}
+
 void AddRegistry(CLI::App& app, Context& ctx) {
   auto* push = app.add_subcommand("push", "Push a snapshot of the store to an OCI registry");
   auto popts = std::make_shared<PushOptions>();
@@ -115,11 +124,26 @@ void AddRegistry(CLI::App& app, Context& ctx) {
   push->add_option("--mount-from", popts->mount_from,
                    "Another repository of the same registry that may hold the blobs: mounted, not uploaded");
   AddRegistryFlags(*push, popts->access);
+  struct EncryptionFlags {
+    std::vector<std::string> recipients;
+    std::string secret_file;
+  };
+  auto encryption = std::make_shared<EncryptionFlags>();
+  push->add_option("--encryption-key", encryption->recipients,
+                   "Encrypt every blob for this recipient: jwe:PUBLIC-KEY.pem (RSA; repeatable), as skopeo does");
+  push->add_option("--encryption-secret-file", encryption->secret_file,
+                   "The tenant secret blob keys derive from (mode 0600, at least 32 bytes): pushes under one secret "
+                   "share their equal blobs (default: a fresh secret, nothing shared)");
   auto push_key = AddSigningFlags(*push);
   push->footer("Uploads only the blobs the registry lacks, then the manifest (and its signature, when asked). Prints "
                "the manifest's digest.");
-  push->callback([&ctx, popts, push_key] {
+  push->callback([&ctx, popts, push_key, encryption] {
     popts->signing_key = push_key();
+    if (!encryption->recipients.empty() || !encryption->secret_file.empty()) {
+      auto keys = ReadEncryptionKeys(encryption->recipients, encryption->secret_file);
+      if (!keys.ok()) return ctx.Fail(keys.status());
+      popts->encryption = std::move(keys).value();
+    }
     RunTransfer(ctx, "push", *popts, Push);
   });
 
@@ -159,6 +183,7 @@ void AddRegistry(CLI::App& app, Context& ctx) {
   pull->add_option("--store", qopts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   AddRegistryFlags(*pull, qopts->access);
   AddTrustFlags(*pull, qopts->access);
+  AddDecryptionKeyFlag(*pull, qopts->access);
   pull->footer(
       "Fetches only what the store lacks, checks every digest, and publishes the snapshot at once; an interrupted "
       "pull goes on where it stopped. Prints the snapshot id.");

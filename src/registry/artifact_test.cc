@@ -12,9 +12,9 @@ std::string D(char c) { return BlobDigest(std::string(64, c)); }
 Artifact Sample() {
   Artifact a;
   a.snapshot_id = "ckpt-1";
-  a.config = {D('c'), 900};
-  a.files = {{"checkpoint/pages-1.img", {D('1'), 4096}}, {"gpu/7.chunks", {D('2'), 120}}};
-  a.chunks = {{std::string(32, 'a'), {D('3'), 64 << 20}}};
+  a.config = {D('c'), 900, {}};
+  a.files = {{"checkpoint/pages-1.img", {D('1'), 4096, {}}}, {"gpu/7.chunks", {D('2'), 120, {}}}};
+  a.chunks = {{std::string(32, 'a'), {D('3'), 64 << 20, {}}}};
   return a;
 }
 
@@ -66,9 +66,77 @@ TEST(ArtifactTest, RefusesWhatIsNotOurArtifactNamingWhy) {
 
 }  // namespace
 TEST(ArtifactTest, DistinctBlobsKeepsTheFirstOfEachDigestInOrder) {
-  std::vector<Blob> blobs = {{"sha256:a", 1}, {"sha256:b", 2}, {"sha256:a", 1}, {"sha256:c", 3}, {"sha256:b", 2}};
+  std::vector<Blob> blobs = {{"sha256:a", 1, {}}, {"sha256:b", 2, {}}, {"sha256:a", 1, {}}, {"sha256:c", 3, {}}, {"sha256:b", 2, {}}};
   EXPECT_EQ(DistinctBlobs(blobs), (std::vector<size_t>{0, 1, 3}));
   EXPECT_TRUE(DistinctBlobs({}).empty());
 }
 
+}  // namespace gpusnap::registry
+
+namespace gpusnap::registry {
+namespace {
+
+Artifact EncryptedSample() {
+  Artifact a = Sample();
+  BlobEncryption enc{"andl", "cHVi"};
+  a.config.encryption = a.files[0].blob.encryption = a.files[1].blob.encryption = enc;
+  a.chunks.push_back({std::string(32, 'b'), {D('4'), 100, enc}});
+  a.chunks[0].blob.encryption = enc;
+  return a;
+}
+
+TEST(ArtifactTest, AnEncryptedManifestIsOcicryptsAndNamesNoChunk) {
+  auto m = nlohmann::json::parse(ManifestJson(EncryptedSample()));
+  EXPECT_EQ(m["config"]["mediaType"], kEncryptedConfigMediaType);
+  EXPECT_EQ(m["config"]["annotations"][kJweKeysAnnotation], "andl");
+  EXPECT_EQ(m["config"]["annotations"][kPublicOptionsAnnotation], "cHVi");
+  EXPECT_EQ(m["layers"][0]["mediaType"], std::string(kFileMediaType) + "+encrypted");
+  EXPECT_EQ(m["layers"][0]["annotations"][kTitleAnnotation], "checkpoint/pages-1.img");
+  EXPECT_EQ(m["layers"][2]["mediaType"], std::string(kChunkMediaType) + "+encrypted");
+  // A chunk's name is the XXH3 of its plaintext: equal in every tenant's artifact, so not shown.
+  EXPECT_FALSE(m["layers"][2]["annotations"].contains(kChunkAnnotation));
+  EXPECT_FALSE(m["layers"][3]["annotations"].contains(kChunkAnnotation));
+
+  auto back = ParseManifest(m.dump(), kManifestMediaType, "r");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->config, EncryptedSample().config);
+  EXPECT_EQ(back->files, EncryptedSample().files);
+  ASSERT_EQ(back->chunks.size(), 2u);
+  EXPECT_EQ(back->chunks[0].xxh3, "");
+  EXPECT_EQ(back->chunks[1].blob, EncryptedSample().chunks[1].blob);
+
+  // The names come in order from the snapshot's chunk manifests.
+  EXPECT_TRUE(NameChunksInOrder(*back, {std::string(32, 'a'), std::string(32, 'b')}, "r").ok());
+  EXPECT_EQ(*back, EncryptedSample());
+  Artifact again = *ParseManifest(m.dump(), kManifestMediaType, "r");
+  auto short_of_one = NameChunksInOrder(again, {std::string(32, 'a')}, "r");
+  ASSERT_FALSE(short_of_one.ok());
+  EXPECT_NE(short_of_one.message().find("name 1 chunks, the artifact holds 2"), std::string::npos);
+}
+
+TEST(ArtifactTest, WithoutAnArtifactTypeTheConfigsTypeNamesIt) {
+  for (const Artifact& a : {Sample(), EncryptedSample()}) {
+    auto m = nlohmann::json::parse(ManifestJson(a));
+    m.erase("artifactType");
+    auto back = ParseManifest(m.dump(), kManifestMediaType, "r");
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(back->config, a.config);
+  }
+}
+
+TEST(ArtifactTest, RefusesEncryptedBlobsWithoutTheirKeyAndHalfNamedChunks) {
+  auto m = nlohmann::json::parse(ManifestJson(EncryptedSample()));
+  auto keyless = m;
+  keyless["layers"][1]["annotations"].erase(kJweKeysAnnotation);
+  auto r = ParseManifest(keyless.dump(), kManifestMediaType, "r");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("file `gpu/7.chunks` is encrypted"), std::string::npos);
+  auto half = m;
+  half["layers"][2]["annotations"][kChunkAnnotation] = std::string(32, 'a');
+  r = ParseManifest(half.dump(), kManifestMediaType, "r");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("1 of its chunk layers are named and 1 are not"), std::string::npos);
+}
+
+}  // namespace
 }  // namespace gpusnap::registry

@@ -6,7 +6,8 @@
 // Range request), chunks go straight into the chunk store (content-addressed:
 // one there already is not fetched). The snapshot appears in the store with
 // one rename, once all is there: nothing half-pulled is ever seen by `ls` or
-// a restore.
+// a restore. An encrypted artifact's blobs are decrypted as they arrive, and
+// nothing of them is kept before its HMAC and its plaintext's digest matched.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "gpusnap/distribution.h"
 #include "registry/artifact.h"
 #include "registry/client.h"
+#include "registry/encryption.h"
 #include "registry/reference.h"
 #include "registry/signatures.h"
 #include "registry/snapshot_blobs.h"
@@ -55,7 +57,7 @@ Status Mismatch(const std::string& ref, const Blob& blob, const std::string& wha
 
 // The config blob: small, fetched whole.
 Result<std::string> FetchConfig(RegistryClient& client, const std::string& repo, const Blob& blob,
-                                const std::string& ref) {
+                                const std::optional<registry::OpenedBlob>& opened, const std::string& ref) {
   if (blob.size > kMaxConfigBytes)
     return Status::Error(Code::kInvalidArgument, "`{}`: its gpusnap.json is {} bytes, more than gpusnap reads", ref,
                          blob.size);
@@ -70,13 +72,14 @@ Result<std::string> FetchConfig(RegistryClient& client, const std::string& repo,
                               .status());
   if (std::string got = Sha256Hex(bytes); registry::BlobDigest(got) != blob.digest || bytes.size() != blob.size)
     return Mismatch(ref, blob, "gpusnap.json", got);
+  if (opened) return registry::DecryptBlob(*opened, std::move(bytes), ref, "gpusnap.json");
   return bytes;
 }
 
 // A file of the snapshot into the staging directory, going on from what an
-// interrupted pull left in <file>.part.
+// interrupted pull left in <file>.part (decrypted, when `decryption` is given).
 Status FetchFile(RegistryClient& client, const std::string& repo, const std::string& staging, const ArtifactFile& f,
-                 const std::string& ref, registry::TransferMeter& meter) {
+                 registry::BlobDecryption* decryption, const std::string& ref, registry::TransferMeter& meter) {
   std::string final_path = staging + "/" + f.path;
   struct stat st{};
   if (::lstat(final_path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && uint64_t(st.st_size) == f.blob.size) {
@@ -94,12 +97,14 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
     while (have < uint64_t(st.st_size)) {
       ssize_t n = ::pread(fd.get(), buf.data(), std::min<uint64_t>(buf.size(), st.st_size - have), off_t(have));
       if (n <= 0) break;
+      if (decryption) decryption->Replay(have, buf.data(), size_t(n));
       hash.Update(buf.data(), size_t(n));
       have += uint64_t(n);
     }
   }
   auto restart = [&] {
     hash = Sha256();
+    if (decryption) decryption->Reset();
     have = 0;
     return ::ftruncate(fd.get(), 0) == 0 && ::lseek(fd.get(), 0, SEEK_SET) == 0;
   };
@@ -120,7 +125,8 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
                               f.blob.digest, f.path, f.blob.size);
       return false;
     }
-    pending.append(data, n);
+    if (decryption) decryption->Decrypt(have, data, n, pending);
+    else pending.append(data, n);
     if (pending.size() >= kWriteBytes && !flush()) return false;
     hash.Update(data, n);
     have += n;
@@ -150,6 +156,12 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
                            f.blob.digest, f.path, have, f.blob.size);
     return Mismatch(ref, f.blob, f.path, hex);
   }
+  if (decryption) {
+    if (Status verified = decryption->Verify(ref, f.path); !verified.ok()) {
+      ::unlink(part.c_str());
+      return verified;
+    }
+  }
   if (::fdatasync(fd.get()) != 0) return Status::Errno(errno, "syncing `{}`", part);
   if (::rename(part.c_str(), final_path.c_str()) != 0) return Status::Errno(errno, "renaming `{}`", part);
   meter.BlobMoved();
@@ -159,12 +171,17 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
 // A chunk into the chunk store, checked twice: the bytes against the blob's
 // SHA-256 as they stream, then against the XXH3 name the artifact maps it to.
 Status FetchChunk(RegistryClient& client, const std::string& repo, const chunks::ChunkStore& chunk_store,
-                  const ArtifactChunk& c, const std::string& ref, registry::TransferMeter& meter,
+                  const ArtifactChunk& c, const DecryptionKeys* keys, const std::string& ref,
+                  registry::TransferMeter& meter,
                   const std::function<void(std::string)>& wrote) {
   if (c.blob.size == 0 || c.blob.size > chunks::kChunkBytes)
     return Status::Error(Code::kInvalidArgument, "`{}`: chunk {} is {} bytes, not 1..{}", ref, c.xxh3, c.blob.size,
                          chunks::kChunkBytes);
-  std::vector<char> buf(c.blob.size);
+  std::optional<registry::OpenedBlob> opened;
+  if (c.blob.encryption.encrypted()) {
+    GPUSNAP_ASSIGN_OR_RETURN(opened, registry::OpenAnnotations(c.blob.encryption, keys, ref));
+  }
+  std::string buf(c.blob.size, '\0');
   uint64_t have = 0;
   Sha256 hash;
   auto got = client.FetchBlob(repo, c.blob, 0, [&](const char* data, size_t n) {
@@ -179,6 +196,9 @@ Status FetchChunk(RegistryClient& client, const std::string& repo, const chunks:
   std::string hex = hash.HexFinal();
   if (have != c.blob.size || registry::BlobDigest(hex) != c.blob.digest)
     return Mismatch(ref, c.blob, fmt::format("chunk {}", c.xxh3), hex);
+  if (opened) {
+    GPUSNAP_ASSIGN_OR_RETURN(buf, registry::DecryptBlob(*opened, std::move(buf), ref, fmt::format("chunk {}", c.xxh3)));
+  }
   chunks::ChunkDigest name = chunks::ComputeChunkDigest(buf.data(), have);
   if (chunks::DigestHex(name) != c.xxh3)
     return Status::Error(Code::kCorruption, "`{}`: blob {} is mapped to chunk {}, but its bytes are chunk {}; not stored",
@@ -263,6 +283,14 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   }
   GPUSNAP_RETURN_IF_ERROR(VerifyManifest(client, *policy, p->ref_, manifest.digest));
   GPUSNAP_ASSIGN_OR_RETURN(p->artifact_, ParseManifest(manifest.bytes, manifest.media_type, r));
+  // An encrypted artifact is opened before anything is written: its config's
+  // key is the first the decryption keys must unwrap.
+  std::string config_digest = p->artifact_.config.digest;  // of the plaintext gpusnap.json
+  if (p->artifact_.config.encryption.encrypted()) {
+    GPUSNAP_ASSIGN_OR_RETURN(p->config_opened_, OpenAnnotations(p->artifact_.config.encryption,
+                                                                o.access.decryption_keys.get(), r));
+    config_digest = p->config_opened_->secrets.plain_digest;
+  }
 
   // 2. One pull of a manifest at a time, taken before any blob moves: the
   // second finds the snapshot in place (its gpusnap.json being the config
@@ -279,7 +307,7 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   if (std::string own = p->artifact_.snapshot_id; IsValidSnapshotId(own) && (o.as_id.empty() || o.as_id == own)) {
     auto bytes = ReadFile(store.SnapshotDir(own) + "/" + SnapshotFiles::kMetaFile);
     auto here = store.Load(own);
-    if (bytes.ok() && BlobDigest(Sha256Hex(*bytes)) == p->artifact_.config.digest && here.ok()) {
+    if (bytes.ok() && BlobDigest(Sha256Hex(*bytes)) == config_digest && here.ok()) {
       p->meta_ = std::move(here).value();
       result.id = own;
       result.already_present = true;
@@ -289,7 +317,7 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
     }
   }
 
-  GPUSNAP_ASSIGN_OR_RETURN(std::string config, FetchConfig(client, repo, p->artifact_.config, r));
+  GPUSNAP_ASSIGN_OR_RETURN(std::string config, FetchConfig(client, repo, p->artifact_.config, p->config_opened_, r));
   auto parsed = SnapshotMetaFromJson(config);
   if (!parsed.ok()) return parsed.status().Wrap(fmt::format("`{}`: its gpusnap.json", r));
   p->meta_ = std::move(parsed).value();
@@ -338,6 +366,8 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
     return files.Wrap(fmt::format("pull of `{}`", r));
   }
   PauseIfRequested("pull-chunks");
+  GPUSNAP_ASSIGN_OR_RETURN(std::set<std::string> named_by_manifests, ChunksNamed(p->dir_, p->meta_));
+  GPUSNAP_RETURN_IF_ERROR(NameChunksInOrder(p->artifact_, named_by_manifests, r));
   // The manifests the files brought must name only chunks the artifact has.
   GPUSNAP_ASSIGN_OR_RETURN(std::vector<std::string> order, ChunksInLoadOrder(p->dir_, p->meta_));
   std::map<std::string, const ArtifactChunk*> by_name;
@@ -365,8 +395,16 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
 }
 
 Status StagedPull::FetchFiles() {
-  return RunEach(artifact_.files.size(), options_.access.jobs, [&](size_t i) {
-    return FetchFile(*client_, ref_.repository, dir_, artifact_.files[i], options_.reference.ToString(), *meter_);
+  const std::string ref = options_.reference.ToString();
+  return RunEach(artifact_.files.size(), options_.access.jobs, [&](size_t i) -> Status {
+    const ArtifactFile& f = artifact_.files[i];
+    std::optional<BlobDecryption> decryption;
+    if (f.blob.encryption.encrypted()) {
+      GPUSNAP_ASSIGN_OR_RETURN(auto opened,
+                               OpenAnnotations(f.blob.encryption, options_.access.decryption_keys.get(), ref));
+      decryption.emplace(std::move(opened));
+    }
+    return FetchFile(*client_, ref_.repository, dir_, f, decryption ? &*decryption : nullptr, ref, *meter_);
   });
 }
 
@@ -374,7 +412,8 @@ void StagedPull::StartChunks(std::vector<const ArtifactChunk*> missing) {
   chunks_thread_ = std::thread([this, missing = std::move(missing)] {
     chunks_status_ = RunEach(missing.size(), options_.access.jobs, [&](size_t i) {
       if (cancel_) return Status::Error(Code::kFailedPrecondition, "the pull was stopped");
-      Status st = FetchChunk(*client_, ref_.repository, *chunks_, *missing[i], options_.reference.ToString(), *meter_,
+      Status st = FetchChunk(*client_, ref_.repository, *chunks_, *missing[i], options_.access.decryption_keys.get(),
+                             options_.reference.ToString(), *meter_,
                              [this](std::string path) {
                                MutexLock lock(written_mu_);
                                written_chunks_.push_back(std::move(path));

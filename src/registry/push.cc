@@ -2,19 +2,25 @@
 // artifact.h. Blobs first (all hashed, then each digest once checked with
 // HEAD, mounted or uploaded), the manifest last: a registry never holds a manifest whose blobs
 // it lacks, and a push cut off part-way is completed by the next, which finds
-// the blobs already there.
+// the blobs already there. An encrypted push (encryption.h) hashes each
+// blob's plaintext, derives its key from that digest, and pushes the
+// ciphertext, encrypted again as it uploads rather than kept.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
+#include <vector>
 
 #include "chunks/chunk_store.h"
 #include "gpusnap/distribution.h"
 #include "registry/artifact.h"
 #include "registry/client.h"
+#include "registry/encryption.h"
 #include "registry/reference.h"
 #include "registry/signatures.h"
 #include "registry/snapshot_blobs.h"
@@ -37,18 +43,64 @@ struct PushItem {
   std::string path;   // the file; empty for the config
   std::string bytes;  // the config's
   Blob blob;
+  std::optional<registry::LayerKey> key;  // encrypted: the blob is the ciphertext under it
 };
 
-Status HashOne(PushItem& item) {
-  if (item.path.empty()) {
-    item.blob = {registry::BlobDigest(Sha256Hex(item.bytes)), item.bytes.size()};
-    return Status::Ok();
+UniqueFd OpenPlain(const PushItem& item) {
+  return item.path.empty() ? UniqueFd() : UniqueFd(::open(item.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+}
+
+// `n` bytes of the item's plaintext at `offset` (from `fd`, its file's, or its bytes).
+bool ReadPlain(const PushItem& item, const UniqueFd& fd, uint64_t offset, char* buf, size_t n) {
+  if (!fd.valid()) {
+    if (offset + n > item.bytes.size()) return false;
+    std::memcpy(buf, item.bytes.data() + offset, n);
+    return true;
   }
-  GPUSNAP_ASSIGN_OR_RETURN(std::string hex, Sha256OfFile(item.path));
-  struct stat st{};
-  if (::stat(item.path.c_str(), &st) != 0) return Status::Errno(errno, "`{}`", item.path);
-  item.blob = {registry::BlobDigest(hex), static_cast<uint64_t>(st.st_size)};
+  size_t done = 0;
+  while (done < n) {
+    ssize_t got = ::pread(fd.get(), buf + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    done += static_cast<size_t>(got);
+  }
+  return true;
+}
+
+// An encrypted item: its key from the plaintext's digest, then the
+// ciphertext's digest and HMAC, and the key wrapped for the recipients.
+Status Seal(PushItem& item, const EncryptionKeys& keys) {
+  registry::LayerSecrets secrets{registry::DeriveLayerKey(keys.secret, item.blob.digest), item.blob.digest};
+  UniqueFd fd = OpenPlain(item);
+  if (!item.path.empty() && !fd.valid()) return Status::Errno(errno, "opening `{}`", item.path);
+  registry::LayerMac mac(secrets.key);
+  Sha256 hash;
+  std::vector<char> buf(std::min<uint64_t>(item.blob.size, 4 << 20));
+  for (uint64_t at = 0; at < item.blob.size;) {
+    size_t n = std::min<uint64_t>(buf.size(), item.blob.size - at);
+    if (!ReadPlain(item, fd, at, buf.data(), n))
+      return Status::Error(Code::kIoError, "`{}` changed while it was encrypted", item.path);
+    registry::ApplyKeystream(secrets.key, at, buf.data(), n);
+    mac.Update(buf.data(), n);
+    hash.Update(buf.data(), n);
+    at += n;
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(item.blob.encryption, registry::SealAnnotations(secrets, mac.Final(), keys.recipients));
+  item.blob.digest = registry::BlobDigest(hash.HexFinal());
+  item.key = secrets.key;
   return Status::Ok();
+}
+
+Status HashOne(PushItem& item, const EncryptionKeys* keys) {
+  if (item.path.empty()) {
+    item.blob = {registry::BlobDigest(Sha256Hex(item.bytes)), item.bytes.size(), {}};
+  } else {
+    GPUSNAP_ASSIGN_OR_RETURN(std::string hex, Sha256OfFile(item.path));
+    struct stat st{};
+    if (::stat(item.path.c_str(), &st) != 0) return Status::Errno(errno, "`{}`", item.path);
+    item.blob = {registry::BlobDigest(hex), static_cast<uint64_t>(st.st_size), {}};
+  }
+  return keys ? Seal(item, *keys) : Status::Ok();
 }
 
 Status PushOne(registry::RegistryClient& client, const std::string& repo, const std::string& mount_from,
@@ -61,24 +113,11 @@ Status PushOne(registry::RegistryClient& client, const std::string& repo, const 
     meter.BlobSkipped(item.blob.size);
     return Status::Ok();
   }
-  UniqueFd fd;
-  if (!item.path.empty()) {
-    fd = UniqueFd(::open(item.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-    if (!fd.valid()) return Status::Errno(errno, "opening `{}`", item.path);
-  }
+  UniqueFd fd = OpenPlain(item);
+  if (!item.path.empty() && !fd.valid()) return Status::Errno(errno, "opening `{}`", item.path);
   auto read = [&item, &fd](uint64_t offset, char* buf, size_t n) {
-    if (!fd.valid()) {
-      if (offset + n > item.bytes.size()) return false;
-      std::memcpy(buf, item.bytes.data() + offset, n);
-      return true;
-    }
-    size_t done = 0;
-    while (done < n) {
-      ssize_t got = ::pread(fd.get(), buf + done, n - done, static_cast<off_t>(offset + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) return false;
-      done += static_cast<size_t>(got);
-    }
+    if (!ReadPlain(item, fd, offset, buf, n)) return false;
+    if (item.key) registry::ApplyKeystream(*item.key, offset, buf, n);
     return true;
   };
   GPUSNAP_RETURN_IF_ERROR(client.UploadBlob(repo, item.blob, read, [&meter](uint64_t n) { meter.Moved(n); })
@@ -109,9 +148,9 @@ Result<TransferResult> Push(const PushOptions& o) {
   std::string dir = store.SnapshotDir(meta.id);
   std::vector<PushItem> items;
   GPUSNAP_ASSIGN_OR_RETURN(std::string config, ReadFile(dir + "/" + SnapshotFiles::kMetaFile));
-  items.push_back({"", config, {}});
+  items.push_back({"", config, {}, {}});
   for (const auto& [path, d] : meta.files) {
-    items.push_back({dir + "/" + path, "", {}});
+    items.push_back({dir + "/" + path, "", {}, {}});
   }
   GPUSNAP_ASSIGN_OR_RETURN(std::set<std::string> chunks, registry::ChunksNamed(dir, meta));
   GPUSNAP_ASSIGN_OR_RETURN(auto chunk_store, chunks::ChunkStore::Open(store.root()));
@@ -121,7 +160,7 @@ Result<TransferResult> Push(const PushOptions& o) {
     struct stat st{};
     if (::stat(path.c_str(), &st) != 0)
       return Status::Errno(errno, "refusing to push `{}`: its chunk `{}`", meta.id, path);
-    items.push_back({path, "", {}});
+    items.push_back({path, "", {}, {}});
   }
 
   // 2. The registry: reachable, and the credentials let us in.
@@ -131,9 +170,10 @@ Result<TransferResult> Push(const PushOptions& o) {
                                                                                    o.access.timeout_s}));
   GPUSNAP_RETURN_IF_ERROR(client->Ping().Wrap(fmt::format("push to `{}`", ref.ToString())));
 
-  // 3. The blobs the registry lacks, a few at a time, each digest once.
+  // 3. The blobs the registry lacks, a few at a time, each digest once (an
+  // encrypted push hashes the ciphertext: the digest of what is stored).
   GPUSNAP_RETURN_IF_ERROR(registry::RunEach(items.size(), o.access.jobs, [&](size_t i) {
-                            return HashOne(items[i]);
+                            return HashOne(items[i], o.encryption.get());
                           }).Wrap(fmt::format("push of `{}`", meta.id)));
   std::vector<registry::Blob> blobs;
   for (const PushItem& item : items) blobs.push_back(item.blob);

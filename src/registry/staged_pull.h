@@ -25,6 +25,7 @@
 #include "gpusnap/snapshot.h"
 #include "registry/artifact.h"
 #include "registry/client.h"
+#include "registry/encryption.h"
 #include "registry/reference.h"
 #include "registry/transfer.h"
 #include "util/lock_file.h"
@@ -64,6 +65,7 @@ class StagedPull {
   std::string store_root_;
   std::unique_ptr<RegistryClient> client_;
   Artifact artifact_;
+  std::optional<OpenedBlob> config_opened_;  // an encrypted artifact's config: its key
   SnapshotMeta meta_;
   std::string meta_json_;
   std::string dir_, final_dir_;

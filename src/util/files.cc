@@ -13,13 +13,13 @@
 
 namespace gpusnap {
 
-Result<std::string> ReadFile(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return Status::Errno(errno, "opening `{}`", path);
+namespace {
+
+Result<std::string> ReadAll(int fd, std::string_view path) {
   std::string out;
   char buf[65536];
   for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
       return Status::Errno(errno, "reading `{}`", path);
@@ -28,6 +28,26 @@ Result<std::string> ReadFile(const std::string& path) {
     out.append(buf, static_cast<size_t>(n));
   }
   return out;
+}
+
+}  // namespace
+
+Result<std::string> ReadFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return Status::Errno(errno, "opening `{}`", path);
+  return ReadAll(fd.get(), path);
+}
+
+Result<std::string> ReadOwnerOnlyFile(const std::string& path, std::string_view what) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return Status::Errno(errno, "{} `{}`", what, path);
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0) return Status::Errno(errno, "{} `{}`", what, path);
+  if (!S_ISREG(st.st_mode)) return Status::Error(Code::kInvalidArgument, "{} `{}` is not a regular file", what, path);
+  if ((st.st_mode & 077) != 0)
+    return Status::Error(Code::kInvalidArgument, "{} `{}` may be read by others (mode {:04o}): chmod 600 it", what,
+                         path, st.st_mode & 07777);
+  return ReadAll(fd.get(), path);
 }
 
 Status WriteAll(int fd, std::string_view data, const std::string& path) {

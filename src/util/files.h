@@ -11,6 +11,11 @@ namespace gpusnap {
 
 Result<std::string> ReadFile(const std::string& path);
 
+// A file that holds a secret (a key, a token): a regular file that neither
+// group nor others may read or write, else kInvalidArgument naming `what`,
+// the path and its mode (the content is never in an error).
+Result<std::string> ReadOwnerOnlyFile(const std::string& path, std::string_view what);
+
 // Writes `data` to `path` durably: a temporary sibling, fsync, rename, fsync of
 // the directory. Readers see the old content or the new, never a mix.
 Status WriteFileAtomic(const std::string& path, std::string_view data, int mode = 0644);

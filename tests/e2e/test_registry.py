@@ -35,6 +35,15 @@ def require_registry(case):
 class RegistryMixin:
     """A registry of `mode` for the test, and gpusnap's flags to reach it."""
 
+    def start_worker_registry(self):
+        """For a gpushare worker's snapshots: the registry, and the worker's log."""
+        require_registry(self)
+        for path in (WORKER, SHIM):
+            if not os.path.exists(path):
+                self.skipTest(f"no {path}")
+        self.reg = self.start_registry()
+        self.output = os.path.join(self.run_dir, "logs", "vmm.log")
+
     def start_registry(self, mode="plain", name="registry"):
         reg = registry.Registry(os.path.join(self.tmp, name), mode)
         self.addCleanup(reg.close)
@@ -328,12 +337,7 @@ class PushPullChunks(RegistryMixin, WorkerSteps, FakeGpuCase):
 
     def setUp(self):
         super().setUp()
-        require_registry(self)
-        for path in (WORKER, SHIM):
-            if not os.path.exists(path):
-                self.skipTest(f"no {path}")
-        self.reg = self.start_registry()
-        self.output = os.path.join(self.run_dir, "logs", "vmm.log")
+        self.start_worker_registry()
 
     def start(self):
         args = ["--mib", "200,5", "--interval-ms", "20"]

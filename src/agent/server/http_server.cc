@@ -249,12 +249,7 @@ void Configure(httplib::Server& s, const AgentOptions& o, const std::string& lis
 }
 
 Result<std::string> ReadToken(const std::string& path) {
-  struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) return Status::Errno(errno, "token file `{}`", path);
-  if ((st.st_mode & 077) != 0)
-    return Status::Error(Code::kInvalidArgument, "token file `{}` may be read by others (mode {:04o}): chmod 600 it",
-                         path, st.st_mode & 07777);
-  GPUSNAP_ASSIGN_OR_RETURN(auto token, ReadFile(path));
+  GPUSNAP_ASSIGN_OR_RETURN(auto token, ReadOwnerOnlyFile(path, "token file"));
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
   if (token.size() < 16)
     return Status::Error(Code::kInvalidArgument, "token file `{}` holds {} characters; at least 16 are needed", path,

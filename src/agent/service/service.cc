@@ -300,6 +300,7 @@ Status Service::PushSnapshot(const std::string& id, const std::string& snapshot,
                       .reference = *ref,
                       .mount_from = "",
                       .signing_key = nullptr,
+                      .encryption = nullptr,  // the agent pushes in the clear until a tenant's keys are configured
                       .access = *access,
                       .progress = [this, id](const ProgressEvent& e) { OnTransferProgress(id, e); }});
   if (!pushed.ok()) return failed(pushed.status());

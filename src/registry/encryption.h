@@ -1,0 +1,155 @@
+// Encrypted artifacts in the format of the container ecosystem's image
+// encryption (ocicrypt's, which skopeo and containerd read; docs/DISTRIBUTION.md,
+// "Encrypted snapshots"): a blob's bytes under AES-256-CTR with an
+// HMAC-SHA256 of the ciphertext, its media type suffixed `+encrypted`, and
+// in its descriptor's annotations the symmetric key, the nonce and the
+// plaintext's digest (the "private options") wrapped as a JWE for each
+// recipient's public key, beside the HMAC (the "public options").
+//
+// The key and the nonce of a blob are derived from a tenant secret and the
+// plaintext's digest (DeriveLayerKey): equal plaintexts under one secret are
+// equal blobs, so a chunk pushed twice is stored and moved once, and the JWE
+// still carries the key, so any ocicrypt reader decrypts it.
+//
+// Keys are never logged nor put in an error: errors name the key's file.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpusnap/distribution.h"
+#include "gpusnap/status.h"
+#include "registry/artifact.h"
+#include "store/sha256.h"
+
+struct evp_pkey_st;
+struct evp_mac_ctx_st;
+
+namespace gpusnap::registry {
+
+inline constexpr const char* kLayerCipher = "AES_256_CTR_HMAC_SHA256";
+inline constexpr size_t kTenantSecretBytes = 32;
+
+// One half of a key pair (RSA), parsed from PEM.
+class Pkey {
+ public:
+  explicit Pkey(evp_pkey_st* key);
+  evp_pkey_st* get() const { return key_.get(); }
+
+ private:
+  std::shared_ptr<evp_pkey_st> key_;
+};
+
+// Pure. The PEM of a public key (SubjectPublicKeyInfo), or a certificate's;
+// errors name `what`, never the bytes.
+Result<Pkey> ParsePublicKeyPem(std::string_view pem, std::string_view what);
+// Pure. The PEM of a private key (PKCS#8, or PKCS#1 RSA), not passphrase-protected.
+Result<Pkey> ParsePrivateKeyPem(std::string_view pem, std::string_view what);
+
+// The symmetric key and nonce of one blob.
+struct LayerKey {
+  std::array<unsigned char, 32> key{};
+  std::array<unsigned char, 16> nonce{};
+  bool operator==(const LayerKey&) const = default;
+};
+
+// Pure. HKDF-SHA256 of the tenant secret, salted with the blob's plaintext
+// digest ("sha256:<hex>"): its key, then its nonce.
+LayerKey DeriveLayerKey(const std::array<unsigned char, kTenantSecretBytes>& secret, std::string_view plain_digest);
+
+// Pure. XORs AES-256-CTR's keystream at byte `offset` of the blob into
+// `data`, the nonce being the first counter block incremented as one
+// 128-bit big-endian number (as Go's cipher.NewCTR, ocicrypt's, does):
+// encrypts plaintext, decrypts ciphertext.
+void ApplyKeystream(const LayerKey& key, uint64_t offset, char* data, size_t n);
+
+// HMAC-SHA256 of a blob's ciphertext, keyed by its symmetric key (ocicrypt's).
+class LayerMac {
+ public:
+  explicit LayerMac(const LayerKey& key);
+  void Update(const char* data, size_t n);
+  std::string Final();  // 32 bytes; the object is spent
+
+ private:
+  std::unique_ptr<evp_mac_ctx_st, void (*)(evp_mac_ctx_st*)> ctx_;
+};
+
+// What the JWE of a blob carries: ocicrypt's private options.
+struct LayerSecrets {
+  LayerKey key;
+  std::string plain_digest;  // sha256:<hex> of the plaintext
+  bool operator==(const LayerSecrets&) const = default;
+};
+
+// Pure. ocicrypt's private options, and back (kInvalidArgument on another shape).
+std::string PrivateOptionsJson(const LayerSecrets& secrets);
+Result<LayerSecrets> ParsePrivateOptions(std::string_view json);
+// Pure. ocicrypt's public options for the HMAC (32 bytes), and back (the
+// HMAC; kInvalidArgument for another cipher).
+std::string PublicOptionsJson(std::string_view hmac);
+Result<std::string> ParsePublicOptions(std::string_view json);
+
+// A JWE (RFC 7516, JSON serialization) of `payload` for each recipient:
+// A256GCM content encryption, the content key wrapped with RSA-OAEP, as
+// ocicrypt writes it.
+Result<std::string> JweEncrypt(std::string_view payload, const std::vector<Pkey>& recipients);
+// Pure. The payload of a JWE (general or flattened serialization, RSA-OAEP
+// or RSA-OAEP-256, A128/192/256GCM) that one of `keys` opens;
+// kFailedPrecondition when none does, kInvalidArgument when it is no JWE.
+Result<std::string> JweDecrypt(std::string_view jwe, const std::vector<Pkey>& keys);
+
+// The annotations of an encrypted blob (artifact.h's BlobEncryption).
+Result<BlobEncryption> SealAnnotations(const LayerSecrets& secrets, std::string_view hmac,
+                                       const std::vector<Pkey>& recipients);
+
+// The secrets and the expected HMAC of an encrypted blob, with `keys`:
+// kFailedPrecondition naming `ref` when there are none or none opens it.
+struct OpenedBlob {
+  LayerSecrets secrets;
+  std::string hmac;
+};
+Result<OpenedBlob> OpenAnnotations(const BlobEncryption& enc, const DecryptionKeys* keys, std::string_view ref);
+
+// A blob decrypted as its ciphertext streams: the HMAC of the ciphertext
+// and the plaintext's SHA-256, both checked at the end.
+class BlobDecryption {
+ public:
+  explicit BlobDecryption(OpenedBlob opened);
+  // Ciphertext at `offset` of the blob, appended to `plain` decrypted.
+  void Decrypt(uint64_t offset, const char* cipher, size_t n, std::string& plain);
+  // Plaintext already decrypted (a resumed transfer), at `offset`: turned
+  // back into ciphertext in place, so that the MAC covers it.
+  void Replay(uint64_t offset, char* plain_to_cipher, size_t n);
+  void Reset();
+  // kCorruption naming `ref` and `what` when the HMAC or the plaintext's digest differ.
+  Status Verify(std::string_view ref, std::string_view what);
+
+ private:
+  OpenedBlob opened_;
+  LayerMac mac_;
+  Sha256 plain_;
+};
+
+// A whole blob's ciphertext decrypted in place and checked (a config, a chunk).
+Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std::string_view ref,
+                                std::string_view what);
+
+}  // namespace gpusnap::registry
+
+namespace gpusnap {
+
+struct EncryptionKeys {
+  std::vector<registry::Pkey> recipients;
+  std::array<unsigned char, registry::kTenantSecretBytes> secret{};
+};
+
+struct DecryptionKeys {
+  std::vector<registry::Pkey> keys;
+  std::vector<std::string> files;  // where they came from, for errors
+};
+
+}  // namespace gpusnap
