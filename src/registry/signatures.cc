@@ -85,11 +85,11 @@ Status SignManifest(RegistryClient& client, const Reference& ref, const std::str
   } else if (existing.status().code() != Code::kNotFound) {
     return existing.status();
   }
-  SignatureLayer layer{{BlobDigest(Sha256Hex(payload)), payload.size()}, kSignaturePayloadMediaType, signature};
+  SignatureLayer layer{{BlobDigest(Sha256Hex(payload)), payload.size(), {}}, kSignaturePayloadMediaType, signature};
   GPUSNAP_RETURN_IF_ERROR(PutSmallBlob(client, repo, payload, layer.payload));
   attachment.layers.push_back(std::move(layer));
   std::string config = SignatureAttachmentConfig(attachment.layers);
-  attachment.config = {BlobDigest(Sha256Hex(config)), config.size()};
+  attachment.config = {BlobDigest(Sha256Hex(config)), config.size(), {}};
   GPUSNAP_RETURN_IF_ERROR(PutSmallBlob(client, repo, config, attachment.config));
   return client.PutManifest(repo, tag, SignatureAttachmentManifest(attachment), kManifestMediaType).status();
 }

@@ -179,7 +179,7 @@ Result<SignatureAttachment> ParseSignatureAttachment(std::string_view bytes) {
     if (!d.is_object() || !d.contains("digest") || !d["digest"].is_string() || !d.contains("size") ||
         !d["size"].is_number_unsigned())
       return false;
-    blob = {d["digest"], d["size"]};
+    blob = {d["digest"], d["size"], {}};
     media_type = d.value("mediaType", "");
     return blob.digest.starts_with("sha256:") && blob.digest.size() == 71;
   };

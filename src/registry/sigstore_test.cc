@@ -113,10 +113,10 @@ TEST(Sigstore, TheAttachmentIsTaggedByTheDigestAndReadsBack) {
   EXPECT_EQ(SignatureAttachmentTag(kDigest),
             "sha256-0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.sig");
   SignatureAttachment a;
-  a.layers.push_back({{kDigest, 200}, kSignaturePayloadMediaType, "MEUCIQ=="});
+  a.layers.push_back({{kDigest, 200, {}}, kSignaturePayloadMediaType, "MEUCIQ=="});
   std::string config = SignatureAttachmentConfig(a.layers);
   EXPECT_NE(config.find(kDigest), std::string::npos);
-  a.config = {kDigest, config.size()};
+  a.config = {kDigest, config.size(), {}};
   auto back = ParseSignatureAttachment(SignatureAttachmentManifest(a));
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->config, a.config);
