@@ -239,10 +239,23 @@ Status CheckFilesMatch(const registry::Artifact& a, const SnapshotMeta& meta, co
                            f.path, f.blob.size, it->second.size);
     // The layer's digest is checked as its bytes stream; this ties that
     // digest to the one gpusnap.json (the config the manifest names) lists.
-    if (registry::BlobDigest(it->second.sha256) != f.blob.digest)
+    // An encrypted layer's digest is its ciphertext's: its plaintext is tied
+    // to gpusnap.json once its key is opened (PlaintextMatches).
+    if (!f.blob.encryption.encrypted() && registry::BlobDigest(it->second.sha256) != f.blob.digest)
       return Status::Error(Code::kCorruption, "`{}`: file `{}` is blob {} in the artifact, sha256:{} in its gpusnap.json",
                            ref, f.path, f.blob.digest, it->second.sha256);
   }
+  return Status::Ok();
+}
+
+// An encrypted file's plaintext, as its key says (and its HMAC and digest
+// then check as it is decrypted), must be the one gpusnap.json lists.
+Status PlaintextMatches(const registry::OpenedBlob& opened, const ArtifactFile& f, const SnapshotMeta& meta,
+                        const std::string& ref) {
+  auto it = meta.files.find(f.path);
+  if (it == meta.files.end() || registry::BlobDigest(it->second.sha256) != opened.secrets.plain_digest)
+    return Status::Error(Code::kCorruption, "`{}`: file `{}` decrypts to {}, not the sha256:{} its gpusnap.json lists",
+                         ref, f.path, opened.secrets.plain_digest, it == meta.files.end() ? "" : it->second.sha256);
   return Status::Ok();
 }
 
@@ -402,6 +415,7 @@ Status StagedPull::FetchFiles() {
     if (f.blob.encryption.encrypted()) {
       GPUSNAP_ASSIGN_OR_RETURN(auto opened,
                                OpenAnnotations(f.blob.encryption, options_.access.decryption_keys.get(), ref));
+      GPUSNAP_RETURN_IF_ERROR(PlaintextMatches(opened, f, meta_, ref));
       decryption.emplace(std::move(opened));
     }
     return FetchFile(*client_, ref_.repository, dir_, f, decryption ? &*decryption : nullptr, ref, *meter_);

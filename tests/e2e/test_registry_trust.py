@@ -21,6 +21,23 @@ def openssl(*args, data=None):
     return subprocess.run(["openssl", *args], input=data, capture_output=True, check=True).stdout
 
 
+# PyNaCl is Debian's (python3-nacl), for Debian's python: the python running
+# the tests may be another, without it.
+DEBIAN_PYTHON = "/usr/bin/python3"
+SECRETBOX = ("import nacl.secret, sys; key, nonce, data = (bytes.fromhex(a) for a in sys.argv[1:4]); "
+             "sys.stdout.write(nacl.secret.SecretBox(key).encrypt(data, nonce).ciphertext.hex())")
+
+
+def secretbox(key, nonce, data):
+    """NaCl's secretbox of `data`, as cosign seals its keys."""
+    return bytes.fromhex(subprocess.run([DEBIAN_PYTHON, "-c", SECRETBOX, key.hex(), nonce.hex(), data.hex()],
+                                        capture_output=True, text=True, check=True).stdout)
+
+
+def have_nacl():
+    return subprocess.run([DEBIAN_PYTHON, "-c", "import nacl.secret"], capture_output=True).returncode == 0
+
+
 def make_key_pair(directory, name, cosign_format):
     """An ECDSA P-256 key pair: NAME.key (cosign's encrypted format, or a
     plain PKCS#8 PEM), NAME.pub; both paths. cosign's format is made here
@@ -31,11 +48,10 @@ def make_key_pair(directory, name, cosign_format):
         f.write(openssl("pkey", "-pubout", data=pem))
     key = os.path.join(directory, name + ".key")
     if cosign_format:
-        import nacl.secret  # python3-nacl
         der = openssl("pkcs8", "-topk8", "-nocrypt", "-outform", "DER", data=pem)
         salt, nonce = os.urandom(32), os.urandom(24)
         secret = hashlib.scrypt(PASSPHRASE.encode(), salt=salt, n=32768, r=8, p=1, maxmem=64 << 20, dklen=32)
-        sealed = nacl.secret.SecretBox(secret).encrypt(der, nonce).ciphertext
+        sealed = secretbox(secret, nonce, der)
         body = json.dumps({"kdf": {"name": "scrypt", "params": {"N": 32768, "r": 8, "p": 1},
                                    "salt": base64.b64encode(salt).decode()},
                            "cipher": {"name": "nacl/secretbox", "nonce": base64.b64encode(nonce).decode()},
@@ -54,10 +70,8 @@ class SignedSnapshots(RegistryMixin, GpusnapCase):
     def setUp(self):
         super().setUp()
         require_registry(self)
-        try:
-            import nacl.secret  # noqa: F401
-        except ImportError:
-            self.skipTest("no python3-nacl (cosign-format keys are made with it)")
+        if not have_nacl():
+            self.skipTest(f"no python3-nacl for {DEBIAN_PYTHON} (cosign-format keys are made with it)")
         self.reg = self.start_registry()
         self.run_counter("cnt")
         self.snap = self.checkpoint("cnt")
