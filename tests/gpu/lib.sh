@@ -3,6 +3,14 @@
 # workload, and checking that nothing was left behind. Sourced; the caller
 # defines fail MESSAGE (counting a failure) and sets GPUSNAP.
 
+# Exits 77 (skipped) on a machine without an NVIDIA GPU.
+skip_without_gpu() {
+  if ! command -v nvidia-smi >/dev/null 2>&1 || [ ! -e /dev/nvidia0 ]; then
+    echo "SKIP: no NVIDIA GPU here (nvidia-smi or /dev/nvidia0 is missing)"
+    exit 77
+  fi
+}
+
 # wait_for FILE REGEX [SECONDS]
 wait_for() {
   local i

@@ -22,11 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 # shellcheck source=tests/gpu/lib.sh
 . "$here/lib.sh"
-
-if ! command -v nvidia-smi >/dev/null 2>&1 || [ ! -e /dev/nvidia0 ]; then
-  echo "SKIP: no NVIDIA GPU here (nvidia-smi or /dev/nvidia0 is missing)"
-  exit 77
-fi
+skip_without_gpu
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 GPUSNAP=${GPUSNAP_BIN:-$root/build/gpusnap}
 BIN=${GPU_TESTS_BIN:-$root/build/gpu-tests}
