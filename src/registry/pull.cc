@@ -29,6 +29,7 @@
 #include "registry/trust_policy.h"
 #include "registry/staged_pull.h"
 #include "registry/transfer.h"
+#include "store/digest.h"
 #include "store/layout.h"
 #include "store/sha256.h"
 #include "store/snapshot_tree.h"
@@ -225,10 +226,21 @@ Result<LockFile> TakeTurn(const std::string& path, int timeout_s, const Progress
   }
 }
 
-Status CheckFilesMatch(const registry::Artifact& a, const SnapshotMeta& meta, const std::string& ref) {
+// The files of `a` against the ones gpusnap.json lists: each named, of its
+// size, and, where gpusnap.json's digest of it is its content's plain SHA-256
+// (a file of one digest chunk, or a snapshot digested whole), of the same
+// digest as its layer, which its bytes are checked against as they stream.
+// Returns the files whose gpusnap.json digest is chunked (larger files): they
+// are digested as the store does once they are in (CheckChunkedDigests).
+// An encrypted layer's digest is its ciphertext's: its plaintext is tied to
+// gpusnap.json once its key is opened (PlaintextMatches).
+Result<std::vector<std::string>> CheckFilesMatch(const registry::Artifact& a, const SnapshotMeta& meta,
+                                                 const std::string& ref) {
   if (a.files.size() != meta.files.size())
     return Status::Error(Code::kCorruption, "`{}`: the artifact has {} files, its gpusnap.json lists {}", ref,
                          a.files.size(), meta.files.size());
+  GPUSNAP_ASSIGN_OR_RETURN(uint64_t digest_chunk, DigestChunkBytes(meta.digest));
+  std::vector<std::string> chunked;
   for (const ArtifactFile& f : a.files) {
     auto it = meta.files.find(f.path);
     if (it == meta.files.end())
@@ -237,13 +249,29 @@ Status CheckFilesMatch(const registry::Artifact& a, const SnapshotMeta& meta, co
     if (it->second.size != f.blob.size)
       return Status::Error(Code::kCorruption, "`{}`: file `{}` is {} bytes in the artifact, {} in its gpusnap.json", ref,
                            f.path, f.blob.size, it->second.size);
-    // The layer's digest is checked as its bytes stream; this ties that
-    // digest to the one gpusnap.json (the config the manifest names) lists.
-    // An encrypted layer's digest is its ciphertext's: its plaintext is tied
-    // to gpusnap.json once its key is opened (PlaintextMatches).
+    if (it->second.size > digest_chunk) {
+      chunked.push_back(f.path);
+      continue;
+    }
     if (!f.blob.encryption.encrypted() && registry::BlobDigest(it->second.sha256) != f.blob.digest)
       return Status::Error(Code::kCorruption, "`{}`: file `{}` is blob {} in the artifact, sha256:{} in its gpusnap.json",
                            ref, f.path, f.blob.digest, it->second.sha256);
+  }
+  return chunked;
+}
+
+// The files CheckFilesMatch could not tie by their layers' digests, digested
+// in `dir` as the store digests them, against gpusnap.json.
+Status CheckChunkedDigests(const std::string& dir, const std::vector<std::string>& files, const SnapshotMeta& meta,
+                           const std::string& ref) {
+  if (files.empty()) return Status::Ok();
+  GPUSNAP_ASSIGN_OR_RETURN(uint64_t digest_chunk, DigestChunkBytes(meta.digest));
+  GPUSNAP_ASSIGN_OR_RETURN(auto digests, DigestFiles(dir, files, false, 0, digest_chunk));
+  for (const std::string& f : files) {
+    const std::string& want = meta.files.at(f).sha256;
+    if (digests.at(f).sha256 != want)
+      return Status::Error(Code::kCorruption, "`{}`: file `{}` digests to {} ({}), not the {} its gpusnap.json lists",
+                           ref, f, digests.at(f).sha256, meta.digest, want);
   }
   return Status::Ok();
 }
@@ -334,7 +362,7 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   auto parsed = SnapshotMetaFromJson(config);
   if (!parsed.ok()) return parsed.status().Wrap(fmt::format("`{}`: its gpusnap.json", r));
   p->meta_ = std::move(parsed).value();
-  GPUSNAP_RETURN_IF_ERROR(CheckFilesMatch(p->artifact_, p->meta_, r));
+  GPUSNAP_ASSIGN_OR_RETURN(p->chunked_digest_files_, CheckFilesMatch(p->artifact_, p->meta_, r));
   std::string id = o.as_id.empty() ? p->meta_.id : o.as_id;
   p->meta_json_ = config;
   if (id != p->meta_.id) {
@@ -464,6 +492,7 @@ Result<TransferResult> StagedPull::Publish() {
     auto entries = ListSnapshotEntries(dir_);
     st = entries.ok() ? CheckSnapshotEntries(*entries, &meta_.files).status() : entries.status();
   }
+  if (st.ok()) st = CheckChunkedDigests(dir_, chunked_digest_files_, meta_, options_.reference.ToString());
   if (st.ok()) st = PublishStaged(dir_, final_dir_, meta_json_);
   if (!st.ok()) {
     // A full disk (or any filesystem refusal) takes back what this pull

@@ -68,6 +68,7 @@ class StagedPull {
   std::optional<OpenedBlob> config_opened_;  // an encrypted artifact's config: its key
   SnapshotMeta meta_;
   std::string meta_json_;
+  std::vector<std::string> chunked_digest_files_;  // digested once in, before publishing
   std::string dir_, final_dir_;
   std::optional<LockFile> turn_;
   std::optional<chunks::ChunkStoreLock> chunk_lock_;
