@@ -282,8 +282,8 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
     return Status::Error(Code::kInvalidArgument, "invalid snapshot id `{}` (--as)", o.as_id);
   GPUSNAP_ASSIGN_OR_RETURN(Store store, Store::Open(o.store, true));
   p->store_root_ = store.root();
-  GPUSNAP_ASSIGN_OR_RETURN(p->client_, RegistryClient::Create(p->ref_.host, {o.access.credentials_file, o.access.ca_file,
-                                                                            o.access.plain_http, o.access.timeout_s}));
+  GPUSNAP_ASSIGN_OR_RETURN(p->client_,
+                           RegistryClient::Create(p->ref_.host, registry::ConnectOptionsOf(o.access)));
   RegistryClient& client = *p->client_;
   const std::string& repo = p->ref_.repository;
   GPUSNAP_ASSIGN_OR_RETURN(Manifest manifest, client.GetManifest(repo, p->ref_.ManifestName()));

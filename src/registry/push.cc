@@ -164,10 +164,8 @@ Result<TransferResult> Push(const PushOptions& o) {
   }
 
   // 2. The registry: reachable, and the credentials let us in.
-  GPUSNAP_ASSIGN_OR_RETURN(auto client, registry::RegistryClient::Create(ref.host, {o.access.credentials_file,
-                                                                                   o.access.ca_file,
-                                                                                   o.access.plain_http,
-                                                                                   o.access.timeout_s}));
+  GPUSNAP_ASSIGN_OR_RETURN(auto client,
+                           registry::RegistryClient::Create(ref.host, registry::ConnectOptionsOf(o.access)));
   GPUSNAP_RETURN_IF_ERROR(client->Ping().Wrap(fmt::format("push to `{}`", ref.ToString())));
 
   // 3. The blobs the registry lacks, a few at a time, each digest once (an
@@ -216,9 +214,8 @@ Result<TransferResult> Push(const PushOptions& o) {
 }
 
 Result<std::string> Sign(const RegistryReference& ref, const registry::SigningKey& key, const RegistryAccess& access) {
-  GPUSNAP_ASSIGN_OR_RETURN(auto client, registry::RegistryClient::Create(ref.host, {access.credentials_file,
-                                                                                   access.ca_file, access.plain_http,
-                                                                                   access.timeout_s}));
+  GPUSNAP_ASSIGN_OR_RETURN(auto client,
+                           registry::RegistryClient::Create(ref.host, registry::ConnectOptionsOf(access)));
   GPUSNAP_ASSIGN_OR_RETURN(registry::Manifest manifest, client->GetManifest(ref.repository, ref.ManifestName()));
   GPUSNAP_RETURN_IF_ERROR(registry::SignManifest(*client, ref, manifest.digest, key)
                               .Wrap(fmt::format("signing `{}` ({})", ref.ToString(), manifest.digest)));
