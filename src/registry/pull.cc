@@ -30,6 +30,7 @@
 #include "registry/staged_pull.h"
 #include "registry/transfer.h"
 #include "store/layout.h"
+#include "store/origins.h"
 #include "store/sha256.h"
 #include "store/snapshot_tree.h"
 #include "store/store.h"
@@ -320,7 +321,8 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   if (std::string own = p->artifact_.snapshot_id; IsValidSnapshotId(own) && (o.as_id.empty() || o.as_id == own)) {
     auto bytes = ReadFile(store.SnapshotDir(own) + "/" + SnapshotFiles::kMetaFile);
     auto here = store.Load(own);
-    if (bytes.ok() && BlobDigest(Sha256Hex(*bytes)) == config_digest && here.ok()) {
+    if (bytes.ok() && BlobDigest(Sha256Hex(*bytes)) == config_digest && here.ok() &&
+        IsOrigin(store.root(), own, manifest.digest)) {
       p->meta_ = std::move(here).value();
       result.id = own;
       result.already_present = true;
@@ -351,6 +353,13 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
       return Status::Error(Code::kAlreadyExists,
                            "the store already has a snapshot `{}`, not the one `{}` names; pull it with --as NEW-ID",
                            id, r);
+    // Equal metadata does not make equal files: only a snapshot pulled from
+    // (or pushed as) this very manifest is taken for it.
+    if (!IsOrigin(store.root(), id, manifest.digest))
+      return Status::Error(Code::kAlreadyExists,
+                           "the store already has a snapshot `{}` with the same gpusnap.json, but not from `{}` ({}): "
+                           "its files are not known to be this artifact's; remove it or pull with --as NEW-ID",
+                           id, r, manifest.digest);
     result.already_present = true;
     p->dir_ = p->final_dir_;
     p->published_ = true;
@@ -477,6 +486,9 @@ Result<TransferResult> StagedPull::Publish() {
   }
   published_ = true;
   dir_ = final_dir_;
+  GPUSNAP_RETURN_IF_ERROR(SetOrigin(store_root_, result_.id, result_.manifest_digest)
+                              .Wrap(fmt::format("pull of `{}`: published, but recording its manifest in the store",
+                                                options_.reference.ToString())));
   meter_->Finish(result_);
   return result_;
 }

@@ -27,6 +27,7 @@
 #include "registry/transfer.h"
 #include "store/layout.h"
 #include "store/sha256.h"
+#include "store/origins.h"
 #include "store/store.h"
 #include "util/fd.h"
 #include "util/files.h"
@@ -205,6 +206,9 @@ Result<TransferResult> Push(const PushOptions& o) {
   if (o.signing_key)
     GPUSNAP_RETURN_IF_ERROR(registry::SignManifest(*client, ref, digest, *o.signing_key)
                                 .Wrap(fmt::format("signing `{}` ({}); pushed unsigned", ref.ToString(), digest)));
+  GPUSNAP_RETURN_IF_ERROR(AddOrigin(store.root(), meta.id, digest)
+                              .Wrap(fmt::format("pushed `{}` as {}, but recording it in the store", ref.ToString(),
+                                                digest)));
   TransferResult result;
   result.id = meta.id;
   result.reference = ref.ToString();

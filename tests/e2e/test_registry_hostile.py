@@ -8,12 +8,17 @@ the store as it was; what is legitimate but unusual still works.
 - an endless error body behind a redirect is read only up to a bound;
 - a server that accepts and never answers is a stall naming --registry-timeout;
 - a manifest over 16 MiB is refused naming the limit and its size;
-- a blob dripped slowly is stopped by --registry-min-rate.
+- a blob dripped slowly is stopped by --registry-min-rate;
+- a snapshot in the store is "already present" only for the manifests it was
+  pulled from or pushed as: another manifest of the same gpusnap.json (the
+  store's copy of which may hold other bytes) is refused.
 
 Skips when docker-registry or skopeo is missing (apt: docker-registry skopeo)."""
+import json
 import os
 import time
 import unittest
+import urllib.request
 
 import registry
 from harness import GpusnapCase
@@ -139,6 +144,38 @@ class HostilePull(RegistryMixin, GpusnapCase):
         h = self.hostile(misbehave)
         line = self.refused(h, "--registry-timeout", "3", "--registry-min-rate", "100", within=40)
         self.assertIn("--registry-min-rate", line)
+
+
+    def test_already_present_only_for_the_manifest_it_came_from(self):
+        ref = f"{self.reg.host}/team/counter"
+        # The store that pushed it has it, as that manifest.
+        again = self.gs_json("pull", f"{ref}:v1", "--plain-http")
+        self.assertTrue(again["already_present"])
+        pulled = self.gs_json("pull", f"{ref}:v1", "--plain-http", env=self.node_b)
+        self.assertFalse(pulled["already_present"])
+        self.assertTrue(self.gs_json("pull", f"{ref}:v1", "--plain-http", env=self.node_b)["already_present"])
+        # Another manifest of the same gpusnap.json and blobs (an annotation more).
+        get = urllib.request.Request(f"{self.reg.url}/v2/team/counter/manifests/v1",
+                                     headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+        with urllib.request.urlopen(get, timeout=30) as answer:
+            media_type = answer.headers["Content-Type"]
+            manifest = json.loads(answer.read())
+        manifest.setdefault("annotations", {})["org.example.copy"] = "2"
+        put = urllib.request.Request(f"{self.reg.url}/v2/team/counter/manifests/v2", method="PUT",
+                                     data=json.dumps(manifest).encode(), headers={"Content-Type": media_type})
+        urllib.request.urlopen(put, timeout=30).close()
+        # node-b's copy holds other bytes than its gpusnap.json lists, as a pull
+        # that published unchecked bytes left it: the other manifest must not
+        # take it for itself.
+        snap_dir = os.path.join(self.node_b["GPUSNAP_STORE"], "snapshots", pulled["id"])
+        image = next(os.path.join(d, f) for d, _, fs in os.walk(os.path.join(snap_dir, "checkpoint")) for f in fs
+                     if f.endswith(".img"))
+        with open(image, "r+b") as f:
+            f.write(b"\0" * 8)
+        line = self.one_line_error(self.gs("pull", f"{ref}:v2", "--plain-http", env=self.node_b, check=False))
+        self.assertIn(f"the store already has a snapshot `{pulled['id']}`", line)
+        self.assertIn(f"`{ref}:v2`", line)
+        self.assertNotIn("already in the store", line)
 
 
 if __name__ == "__main__":
