@@ -58,14 +58,14 @@ class HostilePull(RegistryMixin, GpusnapCase):
 
     def test_a_relative_location_is_followed(self):
         def misbehave(handler):
+            if handler.path.startswith("/moved/"):
+                h.forward(handler, handler.path[len("/moved"):])
+                return True
             if is_blob(handler):
                 handler.send_response(307)
                 handler.send_header("Location", "/moved" + handler.path)
                 handler.send_header("Content-Length", "0")
                 handler.end_headers()
-                return True
-            if handler.path.startswith("/moved/"):
-                h.forward(handler, handler.path[len("/moved"):])
                 return True
             return False
         h = self.hostile(misbehave)
