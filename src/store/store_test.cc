@@ -346,9 +346,6 @@ TEST(SnapshotIds, AreValidAndDistinct) {
   (void)b;
 }
 
-}  // namespace
-}  // namespace gpusnap
-
 TEST_F(StoreTest, ASnapshotIsOnlyTheManifestsItWasPulledFromOrPushedAsAndLosesThemWithItsRemoval) {
   auto store = Store::Open(root_, true);
   Publish(*store, "o-1");
@@ -370,3 +367,6 @@ TEST_F(StoreTest, ASnapshotIsOnlyTheManifestsItWasPulledFromOrPushedAsAndLosesTh
   Publish(*store, "o-1");
   EXPECT_FALSE(IsOrigin(root_, "o-1", pushed));
 }
+
+}  // namespace
+}  // namespace gpusnap

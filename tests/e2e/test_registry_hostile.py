@@ -78,7 +78,7 @@ class HostilePull(RegistryMixin, GpusnapCase):
         def misbehave(handler):
             if is_blob(handler):
                 handler.send_response(307)
-                handler.send_header("Location", "/endless")
+                handler.send_header("Location", f"http://{h.host}/endless")
                 handler.send_header("Content-Length", "0")
                 handler.end_headers()
                 return True
