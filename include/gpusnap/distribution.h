@@ -37,6 +37,9 @@ struct RegistryAccess {
   std::string ca_file;           // verify TLS against this CA only; empty: the system's CAs
   bool plain_http = false;       // HTTP instead of HTTPS, only when asked
   int timeout_s = 60;            // per request, between bytes
+  // The slowest a blob may arrive: bytes/s over each timeout_s (0: no floor),
+  // so that a registry dripping bytes cannot hold a pull for hours.
+  uint64_t min_rate = 1024;
   int jobs = 8;                  // blobs moved at once
   // What a pull trusts (containers-policy.json, parsed where it entered:
   // registry::LoadTrustPolicy). Unset: registry::kDefaultPolicyPath, read

@@ -254,7 +254,8 @@ void AddRestore(CLI::App& app, Context& ctx) {
   sub->callback([&ctx, sub, opts, agent] {
     RunOperation(ctx, *sub, *agent, *opts, "restore",
                  {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus", "--registry-config", "--ca-file",
-                  "--plain-http", "--jobs", "--registry-timeout", "--decryption-key", "--huge-pages", "--lazy-pages"},
+                  "--plain-http", "--jobs", "--registry-timeout", "--registry-min-rate", "--decryption-key",
+                  "--huge-pages", "--lazy-pages"},
                  RestoreThroughAgent, RestoreHere, PrintRestore);
   });
 }

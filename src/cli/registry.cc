@@ -67,6 +67,9 @@ void AddRegistryFlags(CLI::App& sub, RegistryAccess& access) {
   sub.add_option("--registry-timeout", access.timeout_s, "Seconds a registry request may stall")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  sub.add_option("--registry-min-rate", access.min_rate,
+                 "Bytes/s a blob must arrive at, at least, over each --registry-timeout (0: no floor)")
+      ->capture_default_str();
 }
 
 void AddTrustFlags(CLI::App& sub, RegistryAccess& access) {

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "registry/rate_floor.h"
+#include "registry/redirect.h"
 #include "store/sha256.h"
 
 namespace gpusnap::registry {
@@ -35,6 +37,10 @@ std::pair<std::string, std::string> SplitUrl(const std::string& url) {
   return {url.substr(0, slash), url.substr(slash)};
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 std::string Describe(httplib::Error e, const std::string& host) {
   switch (e) {
     case httplib::Error::Connection:
@@ -53,7 +59,86 @@ std::string Describe(httplib::Error e, const std::string& host) {
   }
 }
 
+// A read that waited the whole timeout is a stall, not a hang-up.
+Status Failed(httplib::Error e, const std::string& host, double waited_s, int timeout_s, const std::string& what) {
+  if (e == httplib::Error::Read && waited_s >= timeout_s - 0.5)
+    return Status::Error(Code::kExternal,
+                         "registry `{}` stalled: nothing arrived for {} s on {} (--registry-timeout sets how long "
+                         "gpusnap waits)", host, timeout_s, what);
+  return Status::Error(Code::kExternal, "{}", Describe(e, host));
+}
+
+// What a GET brought: a 2xx body went to the sink (if any); any other body
+// is here, cut at kMaxErrorBody.
+struct GetAnswer {
+  int status = 0;
+  httplib::Headers headers;
+  std::string body;
+  bool reusable = true;  // the body was read to its end: the connection may serve another request
+};
+
+// A GET whose every way to hold the caller is bounded: an error body (read
+// up to kMaxErrorBody, never further), a body without a sink (up to
+// kMaxManifestBytes, the size named when it is more), a 2xx body into the
+// sink (at least `min_rate` bytes/s over each `timeout_s`), the wait for a
+// byte (a stall, after `timeout_s`).
+Result<GetAnswer> BoundedGet(httplib::Client& cli, const std::string& host, const std::string& path,
+                             const httplib::Headers& headers, const std::function<bool(const char*, size_t)>* sink,
+                             int timeout_s, uint64_t min_rate) {
+  GetAnswer out;
+  bool to_sink = false, error_body_cut = false, too_large = false, too_slow = false;
+  uint64_t declared = 0;
+  auto start = std::chrono::steady_clock::now();
+  RateFloor floor(min_rate, timeout_s);
+  auto r = cli.Get(
+      path, headers,
+      [&](const httplib::Response& head) {
+        out.status = head.status;
+        out.headers = head.headers;
+        to_sink = sink && head.status >= 200 && head.status < 300;
+        if (!to_sink && !sink && head.status >= 200 && head.status < 300 && head.has_header("Content-Length")) {
+          declared = std::strtoull(head.get_header_value("Content-Length").c_str(), nullptr, 10);
+          if (declared > kMaxManifestBytes) return !(too_large = true);
+        }
+        return true;
+      },
+      [&](const char* data, size_t n) {
+        if (to_sink) {
+          if (!floor.Arrived(n, SecondsSince(start))) return !(too_slow = true);
+          return (*sink)(data, n);
+        }
+        bool is_error = out.status < 200 || out.status >= 300;
+        size_t limit = is_error ? kMaxErrorBody : kMaxManifestBytes;
+        if (out.body.size() + n > limit) {
+          out.body.append(data, limit - out.body.size());
+          if (is_error) return !(error_body_cut = true);
+          return !(too_large = true);
+        }
+        out.body.append(data, n);
+        return true;
+      });
+  if (too_large) {
+    std::string size = declared > kMaxManifestBytes ? fmt::format("{} bytes", declared) : "a body that goes on past it";
+    return Status::Error(Code::kExternal, "registry `{}` answered `{}` with {}: over the 16 MiB limit on a manifest",
+                         host, path, size);
+  }
+  if (too_slow)
+    return Status::Error(Code::kExternal,
+                         "registry `{}` sent `{}` slower than {} bytes/s over {} s (--registry-min-rate, over each "
+                         "--registry-timeout); stopped", host, path, min_rate, timeout_s);
+  if (error_body_cut) {
+    out.reusable = false;
+    return out;
+  }
+  if (!r) return Failed(r.error(), host, SecondsSince(start), timeout_s, fmt::format("GET `{}`", path));
+  return out;
+}
+
 }  // namespace
+
+ConnectOptions ConnectOptionsOf(const RegistryAccess& access) {
+  return {access.credentials_file, access.ca_file, access.plain_http, access.timeout_s, access.min_rate};
+}
 
 std::string PullScope(const std::string& repo) { return "repository:" + repo + ":pull"; }
 std::string PushScope(const std::string& repo) { return "repository:" + repo + ":pull,push"; }
@@ -209,23 +294,17 @@ Result<RegistryClient::Response> RegistryClient::Send(const Request& req) {
     httplib::Headers headers = req.headers;
     if (!auth.empty()) headers.emplace("Authorization", auth);
     Response out;
-    httplib::Result r = [&]() -> httplib::Result {
     if (req.method == "GET") {
-      bool to_sink = false;
-      return cli->Get(
-          req.path, headers,
-          [&](const httplib::Response& head) {
-            out.status = head.status;
-            to_sink = req.sink && head.status >= 200 && head.status < 300;
-            return true;
-          },
-          [&](const char* data, size_t n) {
-            if (to_sink) return (*req.sink)(data, n);
-            if (out.body.size() + n > (req.sink ? kMaxErrorBody : kMaxManifestBytes)) return false;
-            out.body.append(data, n);
-            return true;
-          });
-    } else if (req.method == "HEAD") {
+      auto got = BoundedGet(*cli, host_, req.path, headers, req.sink, options_.timeout_s, options_.min_rate);
+      if (!got.ok()) return got.status();
+      out.status = got->status;
+      out.headers = std::move(got->headers);
+      out.body = std::move(got->body);
+      if (got->reusable) GiveBack(std::move(cli));
+    } else {
+      auto started = std::chrono::steady_clock::now();
+      httplib::Result r = [&]() -> httplib::Result {
+    if (req.method == "HEAD") {
       return cli->Head(req.path, headers);
     } else if (req.method == "DELETE") {
       return cli->Delete(req.path, headers);
@@ -245,11 +324,14 @@ Result<RegistryClient::Response> RegistryClient::Send(const Request& req) {
                               : cli->Post(req.path, headers, req.body, req.content_type);
     }
     }();
-    if (!r) return Status::Error(Code::kExternal, "{}", Describe(r.error(), host_));
-    out.status = r->status;
-    out.headers = r->headers;
-    if (req.method != "GET") out.body = r->body.substr(0, kMaxErrorBody);
-    GiveBack(std::move(cli));
+      if (!r)
+        return Failed(r.error(), host_, SecondsSince(started), options_.timeout_s,
+                      fmt::format("{} `{}`", req.method, req.path));
+      out.status = r->status;
+      out.headers = r->headers;
+      out.body = r->body.substr(0, kMaxErrorBody);
+      GiveBack(std::move(cli));
+    }
     if (out.status == 401 && attempt == 0) {
       std::string header = out.Header("WWW-Authenticate");
       if (header.empty())
@@ -333,23 +415,15 @@ Result<uint64_t> RegistryClient::FetchBlob(const std::string& repo, const Blob& 
   if (r.status == 307 || r.status == 302 || r.status == 303) {
     // Storage elsewhere (a bucket): the URL carries its own authorization;
     // ours is not sent there.
-    std::string location = r.Header("Location");
-    auto [origin, path] = SplitUrl(location);
-    GPUSNAP_ASSIGN_OR_RETURN(auto cli, Connection(origin));
+    GPUSNAP_ASSIGN_OR_RETURN(std::string target, ResolveRedirect(base_ + req.path, r.Header("Location")));
+    auto [origin, path] = SplitUrl(target);
+    GPUSNAP_ASSIGN_OR_RETURN(auto cli, NewConnection(origin));
     httplib::Headers headers;
     if (offset > 0) headers.emplace("Range", fmt::format("bytes={}-", offset));
-    int status = 0;
-    bool to_sink = false;
-    auto got = cli->Get(
-        path, headers,
-        [&](const httplib::Response& head) {
-          status = head.status;
-          to_sink = status == 200 || status == 206;
-          return true;
-        },
-        [&](const char* data, size_t n) { return to_sink ? sink(data, n) : true; });
-    if (!got) return Status::Error(Code::kExternal, "blob {} at `{}`: {}", blob.digest, origin, Describe(got.error(), origin));
-    r.status = status;
+    auto got = BoundedGet(*cli, origin, path, headers, &sink, options_.timeout_s, options_.min_rate);
+    if (!got.ok()) return Status::Error(Code::kExternal, "blob {}: {}", blob.digest, got.status().message());
+    r.status = got->status;
+    r.body = std::move(got->body);
   }
   if (r.status == 206) return offset;
   if (r.status == 200) return uint64_t{0};

@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "gpusnap/distribution.h"
 #include "gpusnap/status.h"
 #include "registry/artifact.h"
 #include "registry/auth.h"
@@ -32,7 +33,11 @@ struct ConnectOptions {
   std::string ca_file;           // verify TLS against this CA only; empty: the system CAs
   bool plain_http = false;
   int timeout_s = 60;            // per request, between bytes
+  uint64_t min_rate = 0;         // bytes/s a blob moves at least, over each timeout_s (RateFloor); 0: no floor
 };
+
+// How a RegistryAccess (parsed where it entered) reaches the registry.
+ConnectOptions ConnectOptionsOf(const RegistryAccess& access);
 
 struct Manifest {
   std::string bytes;

@@ -31,6 +31,7 @@
 #include "registry/transfer.h"
 #include "store/digest.h"
 #include "store/layout.h"
+#include "store/origins.h"
 #include "store/sha256.h"
 #include "store/snapshot_tree.h"
 #include "store/store.h"
@@ -310,8 +311,8 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
     return Status::Error(Code::kInvalidArgument, "invalid snapshot id `{}` (--as)", o.as_id);
   GPUSNAP_ASSIGN_OR_RETURN(Store store, Store::Open(o.store, true));
   p->store_root_ = store.root();
-  GPUSNAP_ASSIGN_OR_RETURN(p->client_, RegistryClient::Create(p->ref_.host, {o.access.credentials_file, o.access.ca_file,
-                                                                            o.access.plain_http, o.access.timeout_s}));
+  GPUSNAP_ASSIGN_OR_RETURN(p->client_,
+                           RegistryClient::Create(p->ref_.host, registry::ConnectOptionsOf(o.access)));
   RegistryClient& client = *p->client_;
   const std::string& repo = p->ref_.repository;
   GPUSNAP_ASSIGN_OR_RETURN(Manifest manifest, client.GetManifest(repo, p->ref_.ManifestName()));
@@ -348,7 +349,8 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   if (std::string own = p->artifact_.snapshot_id; IsValidSnapshotId(own) && (o.as_id.empty() || o.as_id == own)) {
     auto bytes = ReadFile(store.SnapshotDir(own) + "/" + SnapshotFiles::kMetaFile);
     auto here = store.Load(own);
-    if (bytes.ok() && BlobDigest(Sha256Hex(*bytes)) == config_digest && here.ok()) {
+    if (bytes.ok() && BlobDigest(Sha256Hex(*bytes)) == config_digest && here.ok() &&
+        IsOrigin(store.root(), own, manifest.digest)) {
       p->meta_ = std::move(here).value();
       result.id = own;
       result.already_present = true;
@@ -379,6 +381,13 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
       return Status::Error(Code::kAlreadyExists,
                            "the store already has a snapshot `{}`, not the one `{}` names; pull it with --as NEW-ID",
                            id, r);
+    // Equal metadata does not make equal files: only a snapshot pulled from
+    // (or pushed as) this very manifest is taken for it.
+    if (!IsOrigin(store.root(), id, manifest.digest))
+      return Status::Error(Code::kAlreadyExists,
+                           "the store already has a snapshot `{}` with the same gpusnap.json, but not from `{}` ({}): "
+                           "its files are not known to be this artifact's; remove it or pull with --as NEW-ID",
+                           id, r, manifest.digest);
     result.already_present = true;
     p->dir_ = p->final_dir_;
     p->published_ = true;
@@ -506,6 +515,9 @@ Result<TransferResult> StagedPull::Publish() {
   }
   published_ = true;
   dir_ = final_dir_;
+  GPUSNAP_RETURN_IF_ERROR(SetOrigin(store_root_, result_.id, result_.manifest_digest)
+                              .Wrap(fmt::format("pull of `{}`: published, but recording its manifest in the store",
+                                                options_.reference.ToString())));
   meter_->Finish(result_);
   return result_;
 }

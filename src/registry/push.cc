@@ -27,6 +27,7 @@
 #include "registry/transfer.h"
 #include "store/layout.h"
 #include "store/sha256.h"
+#include "store/origins.h"
 #include "store/store.h"
 #include "util/fd.h"
 #include "util/files.h"
@@ -164,10 +165,8 @@ Result<TransferResult> Push(const PushOptions& o) {
   }
 
   // 2. The registry: reachable, and the credentials let us in.
-  GPUSNAP_ASSIGN_OR_RETURN(auto client, registry::RegistryClient::Create(ref.host, {o.access.credentials_file,
-                                                                                   o.access.ca_file,
-                                                                                   o.access.plain_http,
-                                                                                   o.access.timeout_s}));
+  GPUSNAP_ASSIGN_OR_RETURN(auto client,
+                           registry::RegistryClient::Create(ref.host, registry::ConnectOptionsOf(o.access)));
   GPUSNAP_RETURN_IF_ERROR(client->Ping().Wrap(fmt::format("push to `{}`", ref.ToString())));
 
   // 3. The blobs the registry lacks, a few at a time, each digest once (an
@@ -207,6 +206,9 @@ Result<TransferResult> Push(const PushOptions& o) {
   if (o.signing_key)
     GPUSNAP_RETURN_IF_ERROR(registry::SignManifest(*client, ref, digest, *o.signing_key)
                                 .Wrap(fmt::format("signing `{}` ({}); pushed unsigned", ref.ToString(), digest)));
+  GPUSNAP_RETURN_IF_ERROR(AddOrigin(store.root(), meta.id, digest)
+                              .Wrap(fmt::format("pushed `{}` as {}, but recording it in the store", ref.ToString(),
+                                                digest)));
   TransferResult result;
   result.id = meta.id;
   result.reference = ref.ToString();
@@ -216,9 +218,8 @@ Result<TransferResult> Push(const PushOptions& o) {
 }
 
 Result<std::string> Sign(const RegistryReference& ref, const registry::SigningKey& key, const RegistryAccess& access) {
-  GPUSNAP_ASSIGN_OR_RETURN(auto client, registry::RegistryClient::Create(ref.host, {access.credentials_file,
-                                                                                   access.ca_file, access.plain_http,
-                                                                                   access.timeout_s}));
+  GPUSNAP_ASSIGN_OR_RETURN(auto client,
+                           registry::RegistryClient::Create(ref.host, registry::ConnectOptionsOf(access)));
   GPUSNAP_ASSIGN_OR_RETURN(registry::Manifest manifest, client->GetManifest(ref.repository, ref.ManifestName()));
   GPUSNAP_RETURN_IF_ERROR(registry::SignManifest(*client, ref, manifest.digest, key)
                               .Wrap(fmt::format("signing `{}` ({})", ref.ToString(), manifest.digest)));

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "store/layout.h"
+#include "store/origins.h"
 #include "store/digest.h"
 #include "store/snapshot_tree.h"
 #include "util/files.h"
@@ -245,6 +246,10 @@ Status Store::Remove(const std::string& id, int wait_ms) const {
   CleanStaleTemporaries();
   std::string doomed = SnapshotsDir() + "/" + std::string(kRemovingPrefix) + id;
   if (::rename(dir.c_str(), doomed.c_str()) != 0) return Status::Errno(errno, "removing `{}`", dir);
+  // What the snapshot was pulled from or pushed as goes with it: another one
+  // of the same id is none of those manifests.
+  if (std::string origins = OriginsPath(root_, id); ::unlink(origins.c_str()) != 0 && errno != ENOENT)
+    return Status::Errno(errno, "removing `{}`", origins);
   return RemoveTree(doomed);
 }
 

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "store/layout.h"
+#include "store/origins.h"
 #include "util/files.h"
 #include "util/temp_dir_testing.h"
 #include "store/meta_testing.h"
@@ -343,6 +344,28 @@ TEST(SnapshotIds, AreValidAndDistinct) {
   EXPECT_TRUE(IsValidSnapshotId(a));
   EXPECT_EQ(a.rfind("counter-", 0), 0u);
   (void)b;
+}
+
+TEST_F(StoreTest, ASnapshotIsOnlyTheManifestsItWasPulledFromOrPushedAsAndLosesThemWithItsRemoval) {
+  auto store = Store::Open(root_, true);
+  Publish(*store, "o-1");
+  const std::string pulled = "sha256:" + std::string(64, 'a'), pushed = "sha256:" + std::string(64, 'b');
+  EXPECT_FALSE(IsOrigin(root_, "o-1", pulled));
+  ASSERT_TRUE(SetOrigin(root_, "o-1", pulled).ok());
+  ASSERT_TRUE(AddOrigin(root_, "o-1", pushed).ok());
+  ASSERT_TRUE(AddOrigin(root_, "o-1", pushed).ok());
+  EXPECT_TRUE(IsOrigin(root_, "o-1", pulled));
+  EXPECT_TRUE(IsOrigin(root_, "o-1", pushed));
+  EXPECT_EQ(*ReadFile(OriginsPath(root_, "o-1")), pulled + "\n" + pushed + "\n");
+  EXPECT_FALSE(IsOrigin(root_, "o-1", pulled.substr(0, 20)));
+  EXPECT_FALSE(IsOrigin(root_, "o-2", pulled));
+  // A pull that publishes it anew replaces what it was.
+  ASSERT_TRUE(SetOrigin(root_, "o-1", pushed).ok());
+  EXPECT_FALSE(IsOrigin(root_, "o-1", pulled));
+  ASSERT_TRUE(store->Remove("o-1").ok());
+  EXPECT_FALSE(std::filesystem::exists(OriginsPath(root_, "o-1")));
+  Publish(*store, "o-1");
+  EXPECT_FALSE(IsOrigin(root_, "o-1", pushed));
 }
 
 }  // namespace
