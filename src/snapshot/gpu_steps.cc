@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -142,7 +143,18 @@ Status LetTreeGo(pid_t reaper_pid, const std::vector<pid_t>& gpu_pids,
     if (std::find(gpu_pids.begin(), gpu_pids.end(), p) == gpu_pids.end() && ::kill(p, SIGCONT) != 0 && errno != ESRCH)
       return Status::Errno(errno, "continuing restored pid {}", p);
   if (!held_shims.empty()) GPUSNAP_RETURN_IF_ERROR(control::ResumeAll(held_shims));
-  if (std::getenv("GPUSNAP_TEST_STOP_AFTER_LET_GO") && !tasks.empty()) ::kill(tasks.front(), SIGSTOP);
+  if (std::getenv("GPUSNAP_TEST_STOP_AFTER_LET_GO") && !tasks.empty()) {
+    // The stop lands once the task runs its signal; between the signal's
+    // leaving the pending set and the task's state, /proc shows it running.
+    // The hook waits for the stop, so that the check below meets one.
+    ::kill(tasks.front(), SIGSTOP);
+    for (int i = 0; i < 200; ++i) {
+      auto held = proc::HeldThreads({tasks.front()});
+      if (std::any_of(held.begin(), held.end(), [](const proc::HeldThread& t) { return proc::IsStopped(t.stop.state); }))
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   return WaitForTreeToRun(reaper_pid, wait);
 }
 
