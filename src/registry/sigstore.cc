@@ -282,37 +282,16 @@ bool VerifyingKey::Verifies(std::string_view payload, std::string_view signature
                           reinterpret_cast<const unsigned char*>(payload.data()), payload.size()) == 1;
 }
 
-bool IsOwnerOnly(uint32_t mode) { return (mode & 077) == 0; }
-
-Result<std::string> ReadOwnerOnlyFile(const std::string& path, const std::string& what) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-  if (!fd.valid()) return Status::Errno(errno, "{} `{}`", what, path);
-  struct stat st{};
-  if (::fstat(fd.get(), &st) != 0) return Status::Errno(errno, "{} `{}`", what, path);
-  if (!S_ISREG(st.st_mode)) return Status::Error(Code::kInvalidArgument, "{} `{}` is not a regular file", what, path);
-  if (!IsOwnerOnly(st.st_mode))
-    return Status::Error(Code::kFailedPrecondition,
-                         "{} `{}` has mode {:04o}: a key's file must be for its owner only (chmod 600)", what, path,
-                         st.st_mode & 07777);
-  if (st.st_size > (1 << 20)) return Status::Error(Code::kInvalidArgument, "{} `{}` is larger than 1 MiB", what, path);
-  std::string out(size_t(st.st_size), '\0');
-  size_t have = 0;
-  while (have < out.size()) {
-    ssize_t n = ::read(fd.get(), out.data() + have, out.size() - have);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Status::Errno(errno, "reading {} `{}`", what, path);
-    if (n == 0) break;
-    have += size_t(n);
-  }
-  out.resize(have);
-  return out;
-}
+// A key or passphrase file is small: anything larger is not one.
+constexpr uint64_t kMaxKeyFileBytes = 1 << 20;
 
 Result<SigningKey> LoadSigningKey(const std::string& key_path, const std::string& passphrase_path) {
-  GPUSNAP_ASSIGN_OR_RETURN(std::string pem, ReadOwnerOnlyFile(key_path, "--sign-by-sigstore-private-key"));
+  GPUSNAP_ASSIGN_OR_RETURN(std::string pem,
+                           ReadOwnerOnlyFile(key_path, "--sign-by-sigstore-private-key", kMaxKeyFileBytes));
   std::string passphrase;
   if (!passphrase_path.empty()) {
-    GPUSNAP_ASSIGN_OR_RETURN(passphrase, ReadOwnerOnlyFile(passphrase_path, "--sign-passphrase-file"));
+    GPUSNAP_ASSIGN_OR_RETURN(passphrase,
+                             ReadOwnerOnlyFile(passphrase_path, "--sign-passphrase-file", kMaxKeyFileBytes));
     if (auto nl = passphrase.find('\n'); nl != std::string::npos) passphrase.resize(nl);
   }
   auto key = SigningKey::Parse(pem, passphrase);

@@ -6,7 +6,7 @@
 // manifest tagged `sha256-<hex>.sig` beside the signed manifest (the
 // "sigstore attachment"), one layer per signature, its blob the payload.
 //
-// Pure but for the keys' files (LoadSigningKey, ReadOwnerOnlyFile).
+// Pure but for the keys' files (LoadSigningKey, through util's ReadOwnerOnlyFile).
 #pragma once
 
 #include <cstdint>
@@ -105,15 +105,6 @@ class VerifyingKey {
   explicit VerifyingKey(std::unique_ptr<Key> key);
   std::unique_ptr<Key> key_;
 };
-
-// Pure. Whether a file of `mode` is for its owner only (no group or other
-// bits): what a key or a passphrase file must be.
-bool IsOwnerOnly(uint32_t mode);
-
-// A secret's file (`what`: "--sign-by-sigstore-private-key"), refused
-// unless its mode is owner-only (naming the mode) or when larger than 1 MiB.
-// Its content appears in no error.
-Result<std::string> ReadOwnerOnlyFile(const std::string& path, const std::string& what);
 
 // The signing key of a push or a `sign`: the key file and, for cosign's
 // encrypted format, the passphrase file (its first line), both owner-only.

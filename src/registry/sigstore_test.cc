@@ -123,13 +123,6 @@ TEST(Sigstore, TheAttachmentIsTaggedByTheDigestAndReadsBack) {
   EXPECT_EQ(back->layers, a.layers);
 }
 
-TEST(Sigstore, OnlyOwnerOnlyModesHoldKeys) {
-  EXPECT_TRUE(IsOwnerOnly(0600));
-  EXPECT_TRUE(IsOwnerOnly(0400));
-  EXPECT_FALSE(IsOwnerOnly(0640));
-  EXPECT_FALSE(IsOwnerOnly(0604));
-}
-
 TEST(Sigstore, AKeyFileOthersMayReadIsRefusedNamingItsMode) {
   TempDir dir("sigstore-key");
   std::string path = dir.path() + "/key.pem";

@@ -38,15 +38,17 @@ Result<std::string> ReadFile(const std::string& path) {
   return ReadAll(fd.get(), path);
 }
 
-Result<std::string> ReadOwnerOnlyFile(const std::string& path, std::string_view what) {
+Result<std::string> ReadOwnerOnlyFile(const std::string& path, std::string_view what, uint64_t max_bytes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) return Status::Errno(errno, "{} `{}`", what, path);
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0) return Status::Errno(errno, "{} `{}`", what, path);
   if (!S_ISREG(st.st_mode)) return Status::Error(Code::kInvalidArgument, "{} `{}` is not a regular file", what, path);
-  if ((st.st_mode & 077) != 0)
+  if (!IsOwnerOnly(st.st_mode))
     return Status::Error(Code::kInvalidArgument, "{} `{}` may be read by others (mode {:04o}): chmod 600 it", what,
                          path, st.st_mode & 07777);
+  if (max_bytes != 0 && static_cast<uint64_t>(st.st_size) > max_bytes)
+    return Status::Error(Code::kInvalidArgument, "{} `{}` is larger than {} bytes", what, path, max_bytes);
   return ReadAll(fd.get(), path);
 }
 

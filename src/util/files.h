@@ -2,6 +2,8 @@
 // workload registry. Every function returns a Status naming the path it failed on.
 #pragma once
 
+#include <cstdint>
+
 #include <string>
 #include <vector>
 
@@ -11,10 +13,15 @@ namespace gpusnap {
 
 Result<std::string> ReadFile(const std::string& path);
 
+// Pure. Whether a file of `mode` is for its owner only (no group or other
+// bits): what a file holding a secret must be.
+constexpr bool IsOwnerOnly(uint32_t mode) { return (mode & 077) == 0; }
+
 // A file that holds a secret (a key, a token): a regular file that neither
 // group nor others may read or write, else kInvalidArgument naming `what`,
-// the path and its mode (the content is never in an error).
-Result<std::string> ReadOwnerOnlyFile(const std::string& path, std::string_view what);
+// the path and its mode; larger than `max_bytes` (0: any size) is refused
+// too. The content is never in an error.
+Result<std::string> ReadOwnerOnlyFile(const std::string& path, std::string_view what, uint64_t max_bytes = 0);
 
 // Writes `data` to `path` durably: a temporary sibling, fsync, rename, fsync of
 // the directory. Readers see the old content or the new, never a mix.

@@ -71,5 +71,24 @@ TEST_F(MakeDirsTest, AnEmptyPathIsRefused) {
   EXPECT_EQ(st.code(), Code::kInvalidArgument) << st.message();
 }
 
+TEST(IsOwnerOnly, NoGroupOrOtherBits) {
+  EXPECT_TRUE(IsOwnerOnly(0600));
+  EXPECT_TRUE(IsOwnerOnly(0400));
+  EXPECT_FALSE(IsOwnerOnly(0640));
+  EXPECT_FALSE(IsOwnerOnly(0604));
+}
+
+TEST(ReadOwnerOnlyFile, AFileOverItsBoundIsRefusedWithoutItsContent) {
+  TempDir dir("owner-only");
+  std::string path = dir.path() + "/secret";
+  ASSERT_TRUE(WriteFileSynced(path, std::string(2048, 'k')).ok());
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  EXPECT_TRUE(ReadOwnerOnlyFile(path, "--key").ok());
+  auto big = ReadOwnerOnlyFile(path, "--key", 1024);
+  ASSERT_FALSE(big.ok());
+  EXPECT_NE(big.status().message().find("larger than 1024 bytes"), std::string::npos) << big.status().message();
+  EXPECT_EQ(big.status().message().find("kkkk"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpusnap
