@@ -43,7 +43,7 @@ class InPlaceCase(WorkerSteps, test_agent.AgentCase, FakeGpuCase):
         self.assertEqual(status, 202, reply)
         return self.wait_job(agent, reply["job"])
 
-    def states(self, agent):
+    def workload_states(self, agent):
         status, workloads = agent.request("GET", "/v1/workloads")
         self.assertEqual(status, 200, workloads)
         return {w["name"]: w["state"] for w in workloads}
@@ -78,7 +78,7 @@ class InPlaceThroughTheAgent(InPlaceCase):
         self.start_workers()
         job = self.job(agent, "POST", "/v1/workloads/b/suspend")
         self.assertEqual((job["state"], job["kind"], job["workloads"]), ("succeeded", "suspend", ["b"]), job)
-        self.assertEqual(self.states(agent), {"a": "running", "b": "suspended"})
+        self.assertEqual(self.workload_states(agent), {"a": "running", "b": "suspended"})
         self.assert_suspended("b")
         status, reply = agent.request("POST", "/v1/workloads/b/suspend")
         self.assertEqual(status, 409, reply)
@@ -90,7 +90,7 @@ class InPlaceThroughTheAgent(InPlaceCase):
                              ("succeeded", "swap", [out, inn], inn), job)
             for phase in ("suspend", "resume", "resume.resume-preload", "resume.gpushare-load", "total"):
                 self.assertIn(phase, job["timings"])
-            self.assertEqual(self.states(agent), {out: "suspended", inn: "running"})
+            self.assertEqual(self.workload_states(agent), {out: "suspended", inn: "running"})
             self.assert_suspended(out)
             self.assert_running(inn)
             # The memory came through the preload: made and filled by the agent, adopted whole.
@@ -115,7 +115,7 @@ class InPlaceThroughTheAgent(InPlaceCase):
             got, reply = agent.request("POST", path, body)
             self.assertEqual(got, status, (path, body, reply))
             self.assertIn(needle, reply["error"])
-        self.assertEqual(self.states(agent), {"a": "running", "b": "running"})
+        self.assertEqual(self.workload_states(agent), {"a": "running", "b": "running"})
         self.assert_running("a")
         self.assert_running("b")
 
@@ -123,7 +123,7 @@ class InPlaceThroughTheAgent(InPlaceCase):
         agent = self.start_agent(env=self.env)
         self.start_workers()
         self.gs("gpushare", "suspend", "b")  # the CLI's door: the same story, the same record
-        self.assertEqual(self.states(agent), {"a": "running", "b": "suspended"})
+        self.assertEqual(self.workload_states(agent), {"a": "running", "b": "suspended"})
         # One byte of a chunk of b's changed, its size kept: the check before
         # the swap passes, b's load finds the digest wrong (a's memory was
         # never stored: every chunk there is b's).
@@ -138,7 +138,7 @@ class InPlaceThroughTheAgent(InPlaceCase):
         self.assertEqual(job["state"], "failed", job)
         self.assertIn("swap of `a` for `b` undone, `a` resumed again: resuming `b`", job["error"])
         self.assertIn(os.path.basename(chunks[0]), job["error"])
-        self.assertEqual(self.states(agent), {"a": "running", "b": "suspended"})
+        self.assertEqual(self.workload_states(agent), {"a": "running", "b": "suspended"})
         self.assert_running("a")
         # b's failed load freed what it had loaded and adopted: suspended, whole.
         self.assert_suspended("b")
@@ -185,14 +185,14 @@ class AgentKilledMidSwap(InPlaceCase):
     def test_killed_with_the_first_quiesced_before_its_release(self):
         agent, job = self.killed_at("gpushare-quiesced")
         self.assertIn("`a` is running now; `b` is suspended now", job["error"])
-        self.assertEqual(self.states(agent), {"a": "running", "b": "suspended"})
+        self.assertEqual(self.workload_states(agent), {"a": "running", "b": "suspended"})
         self.assert_running("a")
         self.assert_suspended("b")
 
     def test_killed_between_the_suspend_and_the_resume(self):
         agent, job = self.killed_at("swap-suspended")
         self.assertIn("`a` is suspended now; `b` is suspended now", job["error"])
-        self.assertEqual(self.states(agent), {"a": "suspended", "b": "suspended"})
+        self.assertEqual(self.workload_states(agent), {"a": "suspended", "b": "suspended"})
         self.assert_suspended("a")
         self.assert_suspended("b")
         # Both recoverable: each resumes with its memory.
@@ -204,7 +204,7 @@ class AgentKilledMidSwap(InPlaceCase):
     def test_killed_with_the_second_holding_adopted_memory_before_its_load(self):
         agent, job = self.killed_at("resume-adopted")
         self.assertIn("`a` is suspended now; `b` is running now", job["error"])
-        self.assertEqual(self.states(agent), {"a": "suspended", "b": "running"})
+        self.assertEqual(self.workload_states(agent), {"a": "suspended", "b": "running"})
         self.assert_suspended("a")
         self.assert_running("b")
 
