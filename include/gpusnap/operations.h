@@ -4,6 +4,8 @@
 // "A restore", "A wake") in src/snapshot/checkpoint.cc, restore.cc, wake.cc.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -144,6 +146,65 @@ struct WakeResult {
 // kAlreadyExists: another wake of it runs) leaves the standby as it was. A
 // failure after it tears the tree down and removes the record, and says so.
 Result<WakeResult> Wake(const WakeOptions& options);
+
+// Suspend and resume in place (docs/GPUSHARE.md, "Suspend, resume and swap
+// in place"): a gpushare workload's processes stay alive while their device
+// memory goes to the chunk store of `store` and is freed, then comes back at
+// the same addresses. Every front door (`gpusnap gpushare suspend|resume|swap`,
+// the agent's routes) calls these.
+struct InPlaceOptions {
+  // A workload by name (recorded suspended, then running again), or, when
+  // the name is empty, the processes `pids` (each must load the shim; nothing
+  // is recorded). REQUIRES: exactly one of them.
+  std::string name;
+  std::vector<pid_t> pids;
+  std::string store;            // suspend: default DefaultStore(); resume: the record's, else this
+  int quiesce_timeout_ms = 10000;  // suspend: how long running GPU work may take to drain
+  ProgressFn progress;
+};
+
+struct InPlaceResult {
+  std::optional<Workload> workload;  // by name: its record as it is now
+  std::vector<pid_t> pids;           // the GPU processes acted on
+  std::map<std::string, double> timings_s;
+};
+
+// All or none: on failure every process runs on as before, and the record
+// is unchanged. Errors: kNotFound (no such workload or pid),
+// kFailedPrecondition (exited, a standby, already suspended, no GPU process,
+// a process without the shim), the shims' (kTimeout: work that did not
+// drain).
+Result<InPlaceResult> SuspendInPlace(const InPlaceOptions& options);
+
+// Checks every process's manifest and chunks before touching anything; then
+// makes and fills the released memory here (the preload, as a wake's) for
+// the processes to adopt, they load the rest and resume. A refusal
+// (kFailedPrecondition: running, not suspended; a missing chunk) leaves it
+// suspended; so does a failed load (the shim frees what it loaded).
+Result<InPlaceResult> ResumeInPlace(const InPlaceOptions& options);
+
+struct SwapOptions {
+  std::string suspend;          // a running workload: suspended first, freeing its memory
+  std::string resume;           // a suspended workload: resumed after
+  std::string store;            // where `suspend` goes; default DefaultStore()
+  int quiesce_timeout_ms = 10000;
+  ProgressFn progress;
+};
+
+struct SwapResult {
+  Workload suspended, resumed;
+  std::map<std::string, double> timings_s;  // "suspend", "resume" (to its processes running), and theirs
+};
+
+// Checks both first (the one running, the other suspended with its chunks
+// present), then suspends one and resumes the other. When the resume fails,
+// the suspended one is resumed again (the undo), and the error names both.
+Result<SwapResult> SwapWorkloads(const SwapOptions& options);
+
+// A workload whose suspend or resume stopped half way (its gpusnap, or the
+// agent, killed) made whole: running or suspended, never between; its record
+// says which. What it is now.
+Result<Workload> SettleWorkload(const std::string& name, const std::string& store);
 
 // Garbage collection of the gpushare chunk store (docs/GPUSHARE.md): the
 // chunk files no manifest names any more (of a snapshot, a snapshot being

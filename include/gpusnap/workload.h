@@ -34,13 +34,19 @@ struct Workload {
   // the snapshot store it was restored from, where the wake finds the
   // snapshot again. Records written before standbys read as not standby.
   bool standby = false;
+  // Suspended in place (`gpusnap gpushare suspend NAME`, the agent's
+  // suspend and swap: docs/GPUSHARE.md): its processes alive, their device
+  // memory released into `store`'s chunk store, its manifests under
+  // <store>/suspended/. Records written before read as not suspended.
+  bool suspended = false;
   std::string store;
   std::string lazy_pages;        // a --lazy-pages restore's work dir: its page server's state and logs
   bool running = false;          // computed when listed, not stored
 };
 
-// "running", "standby" (its tree is there, stopped, waiting for a wake) or
-// "exited", as `gpusnap ps` shows it.
+// "running", "standby" (its tree is there, stopped, waiting for a wake),
+// "suspended" (running, its device memory released in place) or "exited",
+// as `gpusnap ps` shows it.
 const char* WorkloadState(const Workload& workload);
 
 struct RunOptions {

@@ -26,6 +26,9 @@ void AddAgent(CLI::App& app, Context& ctx) {
       ->capture_default_str();
   sub->add_option("--timeout", opts->service.operation_timeout_s, "Seconds a checkpoint or restore may take")
       ->capture_default_str();
+  sub->add_flag("--huge-pages", opts->service.huge_pages,
+                "Every restore it runs sets the host's transparent huge pages to `always` while CRIU restores, as "
+                "`gpusnap restore --huge-pages` does (docs/RESTORE-OPTIONS.md)");
   sub->add_option("--max-job-records", opts->service.max_job_records,
                   "Finished job records kept, the newest (older ones are removed as jobs end)")
       ->check(CLI::Range(size_t{1}, size_t{1000000}))

@@ -27,7 +27,7 @@ nlohmann::json ToJson(const Workload& w) {
   nlohmann::json j = {{"name", w.name},       {"pid", w.pid},         {"reaper_pid", w.reaper_pid},
                       {"cmdline", w.cmdline}, {"log", w.log},         {"started", w.started},
                       {"running", w.running}, {"restored_from", w.restored_from}, {"state", WorkloadState(w)},
-                      {"standby", w.running && w.standby}};
+                      {"standby", w.running && w.standby}, {"suspended", w.running && w.suspended}};
   if (!w.lazy_pages.empty())
     j["lazy_pages"] = {{"dir", w.lazy_pages}, {"state", criu::ReadLazyPagesState(w.lazy_pages)}};
   return j;

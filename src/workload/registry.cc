@@ -53,6 +53,7 @@ static Result<Workload> ReadRecord(const std::string& path) {
     w.started = j.value("started", "");
     w.restored_from = j.value("restored_from", "");
     w.standby = j.value("standby", false);
+    w.suspended = j.value("suspended", false);
     w.store = j.value("store", "");
     w.lazy_pages = j.value("lazy_pages", "");
   } catch (const json::exception& e) {
@@ -66,6 +67,7 @@ static Status WriteRecord(const Workload& w) {
   json j = {{"name", w.name},       {"pid", w.pid}, {"start_time", w.start_time}, {"reaper_pid", w.reaper_pid},
             {"cmdline", w.cmdline}, {"log", w.log}, {"started", w.started},       {"restored_from", w.restored_from}};
   if (w.standby) j["standby"] = true;  // absent: running, as in records older than standbys
+  if (w.suspended) j["suspended"] = true;
   if (!w.store.empty()) j["store"] = w.store;
   if (!w.lazy_pages.empty()) j["lazy_pages"] = w.lazy_pages;
   return WriteFileAtomic(RecordPath(w.name), j.dump(2) + "\n");
@@ -73,7 +75,8 @@ static Status WriteRecord(const Workload& w) {
 
 const char* WorkloadState(const Workload& w) {
   if (!w.running) return "exited";
-  return w.standby ? "standby" : "running";
+  if (w.standby) return "standby";
+  return w.suspended ? "suspended" : "running";
 }
 
 Status RecordWorkload(const Workload& w, NameClaim claim) {

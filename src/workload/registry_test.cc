@@ -59,6 +59,25 @@ TEST_F(WorkloadRecordTest, AStandbyIsRecordedWithItsStoreAndWokenByAnUpdate) {
   EXPECT_EQ(UpdateWorkload(other).code(), Code::kNotFound);
 }
 
+TEST_F(WorkloadRecordTest, ASuspendedWorkloadIsRecordedWithItsStoreAndResumedByAnUpdate) {
+  Workload w = Self("llm");
+  Record(w);
+  w.suspended = true;
+  w.store = "/var/lib/gpusnap";
+  ASSERT_TRUE(UpdateWorkload(w).ok());
+  auto found = FindWorkload("llm");
+  ASSERT_TRUE(found.ok());
+  EXPECT_TRUE(found->suspended);
+  EXPECT_FALSE(found->standby);
+  EXPECT_EQ(found->store, "/var/lib/gpusnap");
+  EXPECT_STREQ(WorkloadState(*found), "suspended");
+  w.suspended = false;
+  w.store.clear();
+  ASSERT_TRUE(UpdateWorkload(w).ok());
+  EXPECT_STREQ(WorkloadState(*FindWorkload("llm")), "running");
+  EXPECT_FALSE(FindWorkload("llm")->suspended);
+}
+
 TEST_F(WorkloadRecordTest, ARecordOlderThanStandbysReadsAsRunning) {
   ASSERT_TRUE(MakeDirs(tmp_.path() + "/workloads").ok());
   ASSERT_TRUE(WriteFileAtomic(tmp_.path() + "/workloads/old.json",
@@ -69,6 +88,7 @@ TEST_F(WorkloadRecordTest, ARecordOlderThanStandbysReadsAsRunning) {
   auto found = FindWorkload("old");
   ASSERT_TRUE(found.ok()) << found.status().ToString();
   EXPECT_FALSE(found->standby);
+  EXPECT_FALSE(found->suspended);
   EXPECT_TRUE(found->store.empty());
   EXPECT_STREQ(WorkloadState(*found), "running");
 }

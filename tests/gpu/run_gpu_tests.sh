@@ -509,6 +509,77 @@ PY
 }
 
 
+# (g) Issue 24: two bench servers on one GPU under gpushare, driven by the
+# agent: one suspended in place, then swapped (suspend a, resume b) and back.
+# Each resumed server must answer its own first answer's tokens; the time
+# from the swap's request to the resumed server's first streamed token is
+# printed (target: 1.0 s for 8B-class servers).
+test_agent_swap_servers() {
+  local model=${GPU_TEST_MODEL:-1b} weights=${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}
+  local sock=$OUT/swap-agent.sock store=$OUT/swap-store port_a=18421 port_b=18422 agent_pid
+  current="(g) two $model static-engine servers on one GPU swapped through the agent, each answering its own tokens"
+  python3 "$root/bench/server.py" --model "$model" --weights-dir "$weights" --prepare >"$OUT/swap-prepare.out" 2>&1 ||
+    { fail "preparing the weights: $(tail -3 "$OUT/swap-prepare.out")"; return; }
+  "$GPUSNAP" agent --socket "$sock" --store "$store" >"$OUT/swap-agent.out" 2>&1 &
+  agent_pid=$!
+  started+=("$agent_pid")
+  wait_for "$OUT/swap-agent.out" "listening on" 60 || { fail "the agent did not start: $(tail -3 "$OUT/swap-agent.out")"; return; }
+  # One request to the agent, then its job followed to the end: the job's JSON, exit 1 unless it succeeded.
+  cat >"$OUT/agent_call.py" <<'PY'
+import http.client, json, socket, sys, time
+class Conn(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX); self.sock.connect(sys.argv[1])
+def call(method, path, body=None):
+    c = Conn("agent", timeout=600); c.request(method, path, body=body); r = c.getresponse()
+    return r.status, json.loads(r.read())
+status, reply = call(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+if status != 202: sys.exit(f"{sys.argv[3]}: HTTP {status}: {reply}")
+while True:
+    _, job = call("GET", "/v1/jobs/" + reply["job"])
+    if job["state"] != "running": break
+    time.sleep(0.01)
+print(json.dumps(job))
+sys.exit(0 if job["state"] == "succeeded" else f"job failed: {job.get('error')}")
+PY
+  local name port
+  for name in a b; do
+    port=$([ "$name" = a ] && echo $port_a || echo $port_b)
+    gs run --gpushare --name "swap-$name" -- python3 -u "$root/bench/server.py" --model "$model" --engine static \
+      --kv-cache-gib "${GPU_TEST_KV_GIB:-8}" --weights-dir "$weights" --port "$port" >/dev/null ||
+      { fail "starting server $name"; return; }
+    reapers+=("$(reaper_of "$("$GPUSNAP" --json ps | python3 -c "import json, sys; print([w['pid'] for w in json.load(sys.stdin) if w['name'] == 'swap-$name'][0])")")")
+    python3 "$root/bench/client.py" --port "$port" >"$OUT/swap-$name-first.json" || { fail "server $name's first answer"; return; }
+  done
+  python3 "$OUT/agent_call.py" "$sock" POST /v1/workloads/swap-b/suspend >"$OUT/swap-suspend-b.json" ||
+    { fail "suspending b: $(cat "$OUT/swap-suspend-b.json")"; return; }
+  local round out in port_in
+  for round in "a b $port_b" "b a $port_a"; do
+    read -r out in port_in <<<"$round"
+    python3 "$root/bench/client.py" --port "$port_in" --stream --exec -- python3 "$OUT/agent_call.py" "$sock" POST \
+      /v1/workloads/swap "{\"suspend\": \"swap-$out\", \"resume\": \"swap-$in\"}" >"$OUT/swap-to-$in.json" ||
+      { fail "the swap of $out for $in or $in's first answer failed"; return; }
+    python3 - "$OUT/swap-$in-first.json" "$OUT/swap-to-$in.json" "$out" "$in" <<'PY' || fail "server $in's answer after the swap is not its own"
+import json, sys
+first = json.load(open(sys.argv[1]))["tokens"]
+swap = json.load(open(sys.argv[2]))
+job = swap["cmd_output"]
+assert swap["answer"]["tokens"] == first, (swap["answer"]["tokens"][:8], first[:8])
+t = job["timings"]
+print(f"swap {sys.argv[3]} -> {sys.argv[4]}: first token {swap['first_token_s']:.3f} s after the request "
+      f"(job {t.get('total', 0):.3f} s: suspend {t.get('suspend', 0):.3f}, resume {t.get('resume', 0):.3f} "
+      f"[preload map {t.get('resume.gpushare-preload-map', 0):.3f} fill {t.get('resume.gpushare-preload-fill', 0):.3f}, "
+      f"load {t.get('resume.gpushare-load', 0):.3f}]); {len(first)} tokens, its own")
+PY
+  done
+  "$GPUSNAP" --json ps | python3 -c 'import json, sys; s = {w["name"]: w["state"] for w in json.load(sys.stdin)}; assert (s["swap-a"], s["swap-b"]) == ("running", "suspended"), s' ||
+    fail "ps does not show swap-a running and swap-b suspended"
+  gs kill swap-a
+  gs kill swap-b
+  kill "$agent_pid"
+  passed "$1"
+}
+
 note_machine_state
 echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
@@ -516,7 +587,7 @@ gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
   test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_gpushare_other_gpu
   test_gpushare_ipc test_gpushare_vmm_fd test_gpushare_release_failure test_gpushare_nccl test_gpushare_tp2 test_gpushare_tp4
-  test_llm_server_cycles test_standby_server"
+  test_llm_server_cycles test_standby_server test_agent_swap_servers"
 for t in ${GPU_TESTS:-$tests}; do
   $t "$failures"
 done

@@ -487,6 +487,32 @@ std::variant<WakeRequest, ApiError> ParseWakeRequest(std::string_view name, std:
   return req;
 }
 
+std::variant<InPlaceRequest, ApiError> ParseInPlaceRequest(std::string_view name, std::string_view body) {
+  if (Status st = CheckWorkloadName(Printable(name)); !st.ok()) return Bad(st.message());
+  if (!body.empty()) {
+    auto parsed = ParseObject(body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+    if (auto e = OnlyKnownFields(std::get<Json>(parsed), {}, "")) return *e;
+  }
+  return InPlaceRequest{std::string(name)};
+}
+
+std::variant<SwapRequest, ApiError> ParseSwapRequest(std::string_view body) {
+  auto parsed = ParseObject(body);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  const Json& doc = std::get<Json>(parsed);
+  if (auto e = OnlyKnownFields(doc, {"suspend", "resume"}, "")) return *e;
+  SwapRequest req;
+  for (auto [key, out] : {std::pair{"suspend", &req.suspend}, std::pair{"resume", &req.resume}}) {
+    if (!doc.contains(key)) return Bad(fmt::format("`{}` is required: the workload to {}", key, key));
+    if (auto e = GetString(doc, key, "", *out)) return *e;
+    if (Status st = CheckWorkloadName(*out); !st.ok()) return Bad(fmt::format("`{}`: {}", key, st.message()));
+  }
+  if (req.suspend == req.resume)
+    return Bad(fmt::format("`suspend` and `resume` name the same workload `{}`: a swap takes two", req.suspend));
+  return req;
+}
+
 std::string CheckpointRequestBody(const CheckpointRequest& request) {
   Json body = {{"leaveRunning", request.leave_running}};
   if (request.pod)
@@ -518,6 +544,10 @@ std::string WakeRequestBody(const WakeRequest& request) {
   Json body = Json::object();
   PutGpuChoice(request.gpus, body);
   return body.dump();
+}
+
+std::string SwapRequestBody(const SwapRequest& request) {
+  return Json{{"suspend", request.suspend}, {"resume", request.resume}}.dump();
 }
 
 bool IsValidJobId(std::string_view id) {

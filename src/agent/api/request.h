@@ -81,11 +81,25 @@ struct WakeRequest {
   cuda::GpuMapSpec gpus;        // `gpuMap`, or `gpus`: the snapshot's GPUs in order onto these indices
 };
 
+// POST /v1/workloads/{name}/suspend and /v1/workloads/{name}/resume: a
+// gpushare workload suspended or resumed in place (docs/GPUSHARE.md). The
+// body is empty or `{}`.
+struct InPlaceRequest {
+  std::string name;             // from the path
+};
+
+// POST /v1/workloads/swap: {"suspend": NAME, "resume": NAME}, two names.
+struct SwapRequest {
+  std::string suspend;          // running: suspended first
+  std::string resume;           // suspended: resumed after
+};
+
 // The bodies the CLI sends for these requests: what the Parse functions below
 // read back as the same request (one codec for the agent's client and server).
 std::string CheckpointRequestBody(const CheckpointRequest& request);
 std::string RestoreRequestBody(const RestoreRequest& request);
 std::string WakeRequestBody(const WakeRequest& request);
+std::string SwapRequestBody(const SwapRequest& request);
 
 // A request body as it arrives, kept up to `max_bytes` and no further: what
 // the HTTP layer feeds while it reads, so that a body past the limit (sized
@@ -130,6 +144,8 @@ std::variant<CheckpointRequest, ApiError> ParseCheckpointRequest(std::string_vie
 std::variant<RestoreRequest, ApiError> ParseRestoreRequest(std::string_view body);
 // `name` is the path's; an empty body asks for no GPU map.
 std::variant<WakeRequest, ApiError> ParseWakeRequest(std::string_view name, std::string_view body);
+std::variant<InPlaceRequest, ApiError> ParseInPlaceRequest(std::string_view name, std::string_view body);
+std::variant<SwapRequest, ApiError> ParseSwapRequest(std::string_view body);
 
 // A job id as the agent makes them: "job-" and 16 lowercase hex digits.
 bool IsValidJobId(std::string_view id);

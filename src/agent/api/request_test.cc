@@ -191,6 +191,49 @@ TEST(AgentWakeRequest, Refusals) {
   EXPECT_EQ(WakeError("w", "[]").http_status, 400);
 }
 
+TEST(AgentInPlaceRequest, TheNameFromThePathAndAnEmptyBody) {
+  for (std::string_view body : {"", "{}"}) {
+    auto r = ParseInPlaceRequest("llm-a", body);
+    ASSERT_TRUE(std::holds_alternative<InPlaceRequest>(r)) << body;
+    EXPECT_EQ(std::get<InPlaceRequest>(r).name, "llm-a");
+  }
+  auto bad_name = ParseInPlaceRequest(".hidden", "");
+  ASSERT_TRUE(std::holds_alternative<ApiError>(bad_name));
+  EXPECT_NE(std::get<ApiError>(bad_name).message.find("invalid workload name `.hidden`"), std::string::npos);
+  auto field = ParseInPlaceRequest("a", R"({"store": "/x"})");
+  ASSERT_TRUE(std::holds_alternative<ApiError>(field));
+  EXPECT_EQ(std::get<ApiError>(field).message, "unknown field `store`");
+  auto array = ParseInPlaceRequest("a", "[]");
+  ASSERT_TRUE(std::holds_alternative<ApiError>(array));
+  EXPECT_EQ(std::get<ApiError>(array).http_status, 400);
+}
+
+ApiError SwapError(std::string_view body) {
+  auto r = ParseSwapRequest(body);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << "accepted: " << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(AgentSwapRequest, TwoNamesReadBackFromTheBodyTheClientWrites) {
+  auto r = ParseSwapRequest(SwapRequestBody({"llm-a", "llm-b"}));
+  ASSERT_TRUE(std::holds_alternative<SwapRequest>(r)) << std::get<ApiError>(r).message;
+  EXPECT_EQ(std::get<SwapRequest>(r).suspend, "llm-a");
+  EXPECT_EQ(std::get<SwapRequest>(r).resume, "llm-b");
+}
+
+TEST(AgentSwapRequest, MalformedBodiesAreRefusedNamingTheProblem) {
+  EXPECT_EQ(SwapError(R"({"resume": "b"})").message, "`suspend` is required: the workload to suspend");
+  EXPECT_EQ(SwapError(R"({"suspend": "a"})").message, "`resume` is required: the workload to resume");
+  EXPECT_EQ(SwapError(R"({"suspend": "a", "resume": 7})").message, "field `resume` must be a string, got number");
+  EXPECT_NE(SwapError(R"({"suspend": "a b", "resume": "c"})").message.find("`suspend`: invalid workload name `a b`"),
+            std::string::npos);
+  EXPECT_EQ(SwapError(R"({"suspend": "a", "resume": "a"})").message,
+            "`suspend` and `resume` name the same workload `a`: a swap takes two");
+  EXPECT_EQ(SwapError(R"({"suspend": "a", "resume": "b", "force": true})").message, "unknown field `force`");
+  EXPECT_EQ(SwapError("").http_status, 400);
+  EXPECT_EQ(SwapError(R"({"suspend": "a", "suspend": "b", "resume": "c"})").http_status, 400);
+}
+
 TEST(AgentRestoreRequest, ARegistryReferenceIsPulledFirst) {
   auto r = ParseRestoreRequest(R"({"snapshot": "127.0.0.1:5000/team/counter:v1", "name": "copy"})");
   ASSERT_TRUE(std::holds_alternative<RestoreRequest>(r)) << std::get<ApiError>(r).message;

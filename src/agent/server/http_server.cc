@@ -76,6 +76,14 @@ Json JobJson(const Job& job) {
   return j;
 }
 
+// 202 with the job's id and where to follow it, or the refusal.
+void ReplyStarted(httplib::Response& res, const std::variant<Accepted, Refused>& started) {
+  if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
+  const std::string& id = std::get<Accepted>(started).job_id;
+  res.set_header("Location", "/v1/jobs/" + id);
+  Reply(res, 202, {{"job", id}});
+}
+
 // `unix_socket`: the root-only socket, whose /healthz also names the store
 // (the CLI compares it with the one it was given); TCP's answers without a
 // token, so it says no more than that the agent runs.
@@ -99,11 +107,7 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
     if (!body) return;
     auto parsed = ParseCheckpointRequest(*body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
-    auto started = service.StartCheckpoint(std::get<CheckpointRequest>(parsed));
-    if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
-    const std::string& id = std::get<Accepted>(started).job_id;
-    res.set_header("Location", "/v1/jobs/" + id);
-    Reply(res, 202, {{"job", id}});
+    ReplyStarted(res, service.StartCheckpoint(std::get<CheckpointRequest>(parsed)));
   });
   s.Post("/v1/restores", [&service, max_body_bytes](const httplib::Request&, httplib::Response& res,
                                                     const Reader& reader) {
@@ -111,11 +115,7 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
     if (!body) return;
     auto parsed = ParseRestoreRequest(*body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
-    auto started = service.StartRestore(std::get<RestoreRequest>(parsed));
-    if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
-    const std::string& id = std::get<Accepted>(started).job_id;
-    res.set_header("Location", "/v1/jobs/" + id);
-    Reply(res, 202, {{"job", id}});
+    ReplyStarted(res, service.StartRestore(std::get<RestoreRequest>(parsed)));
   });
   s.Post(R"(/v1/workloads/([^/]+)/wake)", [&service, max_body_bytes](const httplib::Request& req,
                                                                       httplib::Response& res, const Reader& reader) {
@@ -123,11 +123,41 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
     if (!body) return;
     auto parsed = ParseWakeRequest(req.matches[1].str(), *body);
     if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
-    auto started = service.StartWake(std::get<WakeRequest>(parsed));
-    if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
-    const std::string& id = std::get<Accepted>(started).job_id;
-    res.set_header("Location", "/v1/jobs/" + id);
-    Reply(res, 202, {{"job", id}});
+    ReplyStarted(res, service.StartWake(std::get<WakeRequest>(parsed)));
+  });
+  // In place (docs/GPUSHARE.md): suspend, resume, and a swap of two.
+  for (const char* verb : {"suspend", "resume"}) {
+    bool suspend = std::string_view(verb) == "suspend";
+    s.Post(fmt::format(R"(/v1/workloads/([^/]+)/{})", verb),
+           [&service, max_body_bytes, suspend](const httplib::Request& req, httplib::Response& res,
+                                               const Reader& reader) {
+             auto body = ReadBody(reader, res, max_body_bytes);
+             if (!body) return;
+             auto parsed = ParseInPlaceRequest(req.matches[1].str(), *body);
+             if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
+             const auto& request = std::get<InPlaceRequest>(parsed);
+             auto started = suspend ? service.StartSuspend(request) : service.StartResume(request);
+             ReplyStarted(res, started);
+           });
+  }
+  s.Post("/v1/workloads/swap", [&service, max_body_bytes](const httplib::Request&, httplib::Response& res,
+                                                          const Reader& reader) {
+    auto body = ReadBody(reader, res, max_body_bytes);
+    if (!body) return;
+    auto parsed = ParseSwapRequest(*body);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return ReplyError(res, *e);
+    ReplyStarted(res, service.StartSwap(std::get<SwapRequest>(parsed)));
+  });
+  s.Get("/v1/workloads", [](const httplib::Request&, httplib::Response& res) {
+    auto all = ListWorkloads();
+    if (!all.ok()) return ReplyError(res, FromStatus(all.status()));
+    Json out = Json::array();
+    for (const Workload& w : *all) {
+      Json j = {{"name", w.name}, {"pid", w.pid}, {"state", WorkloadState(w)}, {"started", w.started}};
+      if (!w.restored_from.empty()) j["restoredFrom"] = w.restored_from;
+      out.push_back(std::move(j));
+    }
+    Reply(res, 200, out);
   });
   s.Get("/v1/jobs", [&service](const httplib::Request&, httplib::Response& res) {
     Json all = Json::array();

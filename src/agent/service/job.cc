@@ -126,6 +126,7 @@ std::string JobToJson(const Job& job) {
   if (!job.snapshot.empty()) j["snapshot"] = job.snapshot;
   if (job.restored_pid > 0) j["restoredPid"] = job.restored_pid;
   if (!job.restored_name.empty()) j["restoredName"] = job.restored_name;
+  if (!job.workloads.empty()) j["workloads"] = job.workloads;
   if (job.transfer) {
     const JobTransfer& t = *job.transfer;
     Json tj = {{"reference", t.reference},   {"blobs", t.blobs},           {"blobsMoved", t.blobs_moved},
@@ -205,6 +206,12 @@ Result<Job> JobFromJson(std::string_view text) {
     job.snapshot = j.value("snapshot", "");
     job.restored_pid = IntegerField<int>(j, "restoredPid", 0);
     job.restored_name = j.value("restoredName", "");
+    if (j.contains("workloads")) {
+      const Json& wj = j.at("workloads");
+      if (!wj.is_array() || !std::all_of(wj.begin(), wj.end(), [](const Json& w) { return w.is_string(); }))
+        return Status::Error(Code::kCorruption, "job record: `workloads` is not a list of names");
+      job.workloads = wj.get<std::vector<std::string>>();
+    }
     if (const char* key = job.kind == "restore" ? "pull" : "push"; j.contains(key)) {
       const Json& tj = j.at(key);
       if (!tj.is_object()) return Status::Error(Code::kCorruption, "job record: `{}` is not an object", key);
@@ -240,7 +247,8 @@ Result<Job> JobFromJson(std::string_view text) {
     return Status::Error(Code::kCorruption, "job record: {}", e.what());
   }
   if (!IsValidJobId(job.id)) return Status::Error(Code::kCorruption, "job record: invalid id `{}`", job.id);
-  if (job.kind != "checkpoint" && job.kind != "restore" && job.kind != "wake")
+  static constexpr std::string_view kKinds[] = {"checkpoint", "restore", "wake", "suspend", "resume", "swap"};
+  if (std::find(std::begin(kKinds), std::end(kKinds), job.kind) == std::end(kKinds))
     return Status::Error(Code::kCorruption, "job record `{}`: unknown kind `{}`", job.id, job.kind);
   return job;
 }

@@ -59,7 +59,7 @@ struct JobCapturePath {
 
 struct Job {
   std::string id;                 // IsValidJobId
-  std::string kind;               // "checkpoint", "restore" or "wake" (of a standby)
+  std::string kind;               // "checkpoint", "restore", "wake" (of a standby), "suspend", "resume", "swap"
   JobState state = JobState::kRunning;
   std::string phase;              // the last phase the operation reported finished
   std::string target;             // what it acts on, for humans: "pid 4711", "container 3f2a…", "snapshot x"
@@ -73,6 +73,9 @@ struct Job {
   pid_t restored_pid = 0;         // restore, wake: the tree's root, host pid
   std::string restored_name;      // restore, wake: its workload name
   std::vector<TrackedProcess> source;  // checkpoint: the tree when the job started
+  // suspend, resume: the workload; swap: the one suspended, then the one
+  // resumed. A restarted agent makes each whole again (SettleWorkload).
+  std::vector<std::string> workloads;
   std::optional<JobTransfer> transfer; // restore of a reference: its pull; checkpoint with push-to: its push
   std::optional<JobCapturePath> capture_path;  // checkpoint
   std::string restore_path;       // restore, once done: "process", or "rootfs" (a cold start with warm caches)

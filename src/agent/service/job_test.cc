@@ -115,6 +115,23 @@ TEST(AgentJob, RecordRoundTrips) {
   EXPECT_EQ(back->source[1].start_time, 1001u);
   EXPECT_EQ(back->restored_pid, 77);
   EXPECT_EQ(back->lock_key, "pid:42");
+  EXPECT_TRUE(back->workloads.empty());
+}
+
+TEST(AgentJob, ASwapNamesItsWorkloadsInOrderAndRoundTrips) {
+  Job j = Running();
+  j.kind = "swap";
+  j.workloads = {"llm-a", "llm-b"};
+  std::string text = JobToJson(j);
+  EXPECT_NE(text.find(R"("workloads": [)"), std::string::npos) << text;
+  auto back = JobFromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->kind, "swap");
+  EXPECT_EQ(back->workloads, (std::vector<std::string>{"llm-a", "llm-b"}));
+  EXPECT_EQ(JobFromJson(R"({"id": "job-0123456789abcdef", "kind": "swap", "state": "running", "workloads": [1]})")
+                .status()
+                .code(),
+            Code::kCorruption);
 }
 
 TEST(AgentJob, TheCapturePathIsShownAndRoundTrips) {

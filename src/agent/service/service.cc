@@ -34,6 +34,20 @@ std::string NewJobId() {
   return fmt::format("job-{:016x}", v);
 }
 
+// Every phase an operation timed, those no progress event carried too; the
+// job's own total is the job's.
+void AddTimings(Job& job, const std::map<std::string, double>& timings) {
+  for (const auto& [phase, seconds] : timings)
+    if (phase != "total") job.timings_s.emplace(phase, seconds);
+}
+
+// The keys a job holds while it runs: its own, and a swap's second workload.
+std::vector<std::string> LockKeysOf(const Job& job) {
+  std::vector<std::string> keys{job.lock_key};
+  if (job.kind == "swap" && job.workloads.size() == 2) keys.push_back("workload:" + job.workloads[1]);
+  return keys;
+}
+
 Refused Refuse(int http_status, std::string message, std::string job_id = "") {
   return Refused{ApiError{http_status, std::move(message)}, std::move(job_id)};
 }
@@ -128,10 +142,19 @@ void Service::Recover() {
       }
       bool published = !job->snapshot.empty() && job->kind == "checkpoint" && store_.Load(job->snapshot).ok();
       Job failed = Interrupted(*job, published, NowRfc3339());
+      // A suspend, resume or swap left half way: each workload made whole.
+      std::string whole;
+      for (const std::string& name : job->workloads) {
+        auto settled = SettleWorkload(name, store_.root());
+        whole += settled.ok() ? fmt::format("; `{}` is {} now", name, WorkloadState(*settled))
+                              : fmt::format("; `{}` could not be made whole: {}", name, settled.status().ToString());
+      }
+      failed.error += whole;
       Journal(failed);
-      recovery_notes_.push_back(fmt::format("job {} ({} of {}) was interrupted after phase `{}`{}", failed.id,
+      recovery_notes_.push_back(fmt::format("job {} ({} of {}) was interrupted after phase `{}`{}{}", failed.id,
                                             failed.kind, failed.target, job->phase,
-                                            continued ? fmt::format("; resumed {} stopped processes", continued) : ""));
+                                            continued ? fmt::format("; resumed {} stopped processes", continued) : "",
+                                            whole));
       loaded.push_back(std::move(failed));
     } else {
       loaded.push_back(std::move(*job));
@@ -351,6 +374,7 @@ RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request) const {
   o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
   o.into_container = request.target_container;
   o.standby = request.standby;
+  o.huge_pages = options_.huge_pages;
   return o;
 }
 
@@ -457,6 +481,80 @@ std::variant<Accepted, Refused> Service::StartWake(const WakeRequest& request) {
   });
 }
 
+std::variant<Accepted, Refused> Service::StartInPlace(const std::string& kind, const std::string& name) {
+  // Refused now unless it is in the state to change; the story checks again when it runs.
+  auto w = FindWorkload(name);
+  if (!w.ok()) return Refused{FromStatus(w.status()), ""};
+  if (!w->running) return Refuse(409, fmt::format("workload `{}` has exited", name));
+  if (w->standby) return Refuse(409, fmt::format("workload `{}` is a standby: wake it", name));
+  if (kind == "suspend" && w->suspended) return Refuse(409, fmt::format("workload `{}` is suspended already", name));
+  if (kind == "resume" && !w->suspended)
+    return Refuse(409, fmt::format("workload `{}` is running, not suspended", name));
+  Job job;
+  job.kind = kind;
+  job.lock_key = "workload:" + name;
+  job.target = fmt::format("workload {}", name);
+  job.workloads = {name};
+  InPlaceOptions o;
+  o.name = name;
+  o.store = store_.root();
+  o.quiesce_timeout_ms = options_.operation_timeout_s * 1000;
+  return Launch(std::move(job), [this, o, kind](Job& running) mutable -> Status {
+    std::string id = running.id;
+    o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };
+    auto done = kind == "suspend" ? SuspendInPlace(o) : ResumeInPlace(o);
+    if (!done.ok()) return done.status();
+    MutexLock lock(mu_);
+    Job& now = jobs_.at(id);
+    AddTimings(now, done->timings_s);
+    return Status::Ok();
+  });
+}
+
+std::variant<Accepted, Refused> Service::StartSuspend(const InPlaceRequest& request) {
+  return StartInPlace("suspend", request.name);
+}
+
+std::variant<Accepted, Refused> Service::StartResume(const InPlaceRequest& request) {
+  return StartInPlace("resume", request.name);
+}
+
+std::variant<Accepted, Refused> Service::StartSwap(const SwapRequest& request) {
+  // Both checked now (404, 409); the story checks again, with the chunks, before it touches either.
+  auto out = FindWorkload(request.suspend);
+  if (!out.ok()) return Refused{FromStatus(out.status()), ""};
+  auto in = FindWorkload(request.resume);
+  if (!in.ok()) return Refused{FromStatus(in.status()), ""};
+  if (!out->running || out->standby || out->suspended)
+    return Refuse(409, fmt::format("workload `{}` is {}, not running: only a running workload is swapped out",
+                                   request.suspend, WorkloadState(*out)));
+  if (!in->running || in->standby || !in->suspended)
+    return Refuse(409, fmt::format("workload `{}` is {}, not suspended: only a suspended workload is swapped in",
+                                   request.resume, WorkloadState(*in)));
+  Job job;
+  job.kind = "swap";
+  job.lock_key = "workload:" + request.suspend;  // and the other's (LockKeysOf)
+  job.target = fmt::format("workloads {} (out) and {} (in)", request.suspend, request.resume);
+  job.workloads = {request.suspend, request.resume};
+  SwapOptions o;
+  o.suspend = request.suspend;
+  o.resume = request.resume;
+  o.store = store_.root();
+  o.quiesce_timeout_ms = options_.operation_timeout_s * 1000;
+  return Launch(std::move(job), [this, o](Job& running) mutable -> Status {
+    std::string id = running.id;
+    o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };
+    auto done = SwapWorkloads(o);
+    if (!done.ok()) return done.status();
+    MutexLock lock(mu_);
+    Job& now = jobs_.at(id);
+    AddTimings(now, done->timings_s);
+    now.restored_pid = done->resumed.pid;
+    now.restored_name = done->resumed.name;
+    return Status::Ok();
+  });
+}
+
 Status Service::MarkSnapshotInUse(const std::string& id, const std::string& snapshot) {
   MutexLock lock(mu_);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.operation_timeout_s);
@@ -528,8 +626,7 @@ Status Service::RunRestore(const std::string& id, RestoreOptions o, const std::o
   job.fallback_reason = result->fallback_reason;
   // Every phase the restore timed, those no progress event carried too
   // (a reference's pull-chunks-wait, pull).
-  for (const auto& [phase, seconds] : result->timings_s)
-    if (phase != "total") job.timings_s.emplace(phase, seconds);
+  AddTimings(job, result->timings_s);
   if (result->pulled && job.transfer) {
     const TransferResult& pulled = *result->pulled;
     FinishTransfer(job, pulled);
@@ -551,10 +648,12 @@ std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Jo
   std::string id;
   {
     MutexLock lock(mu_);
-    if (auto it = running_.find(job.lock_key); it != running_.end()) {
-      const Job& other = jobs_.at(it->second);
-      return Refuse(409, fmt::format("job {} is already running a {} of {}", other.id, other.kind, other.target),
-                    other.id);
+    for (const std::string& key : LockKeysOf(job)) {
+      if (auto it = running_.find(key); it != running_.end()) {
+        const Job& other = jobs_.at(it->second);
+        return Refuse(409, fmt::format("job {} is already running a {} of {}", other.id, other.kind, other.target),
+                      other.id);
+      }
     }
     if (auto conflict = SnapshotConflict(job)) return *conflict;
     do {
@@ -563,7 +662,7 @@ std::variant<Accepted, Refused> Service::Launch(Job job, std::function<Status(Jo
     job.created = NowRfc3339();
     job.state = JobState::kRunning;
     Journal(job);
-    running_[job.lock_key] = job.id;
+    for (const std::string& key : LockKeysOf(job)) running_[key] = job.id;
     if (!job.snapshot.empty()) {
       SnapshotUsers& users = busy_snapshots_[job.snapshot];
       if (job.kind == "checkpoint") {
@@ -603,7 +702,7 @@ void Service::RunJob(const std::string& id, const std::function<Status(Job&)>& w
   metrics_.JobFinished(job.kind, st.ok());
   options_.log(fmt::format("job {}: {} of {} {}{}", id, job.kind, job.target, JobStateName(job.state),
                            st.ok() ? "" : ": " + st.ToString()));
-  running_.erase(job.lock_key);
+  for (const std::string& key : LockKeysOf(job)) running_.erase(key);
   LeaveSnapshot(job.snapshot, id);
   PruneJobRecords();  // `job` may be gone from here
   idle_.notify_all();

@@ -24,6 +24,11 @@
 // pulled: from then on it reads it (waiting while a checkpoint writes it),
 // and its chunks arrive while it restores.
 //
+// Suspend, resume, swap (in place): the job names its workloads before it
+// touches any; an agent that died during one makes each whole at its next
+// start, running or suspended (SettleWorkload), and says which in the job's
+// error.
+//
 // Wake: one job per workload name (the lock key a restore under that name
 // takes too); it reads its standby's snapshot like a restore (HoldSnapshot),
 // so the wakes of standbys of one snapshot run at once.
@@ -86,6 +91,9 @@ struct ServiceOptions {
   std::string criu_bundle;                             // default: found
   std::string kubelet_log_dir = "/var/log/containers";
   int operation_timeout_s = 600;
+  // Every restore it runs sets the host's transparent huge pages to `always`
+  // while CRIU restores (RestoreOptions::huge_pages; `--huge-pages`).
+  bool huge_pages = false;
   size_t max_job_records = 1000;                       // finished records kept (the newest), at start and as jobs end
   std::function<void(const std::string&)> log;         // one line each
   // How to reach registries, asked once per pull or push (so credentials
@@ -139,6 +147,17 @@ class Service {
   // A standby's wake (docs/STANDBY.md): 404 for no such workload, 409 for
   // one that is not a standby (running, exited) or that a job acts on.
   std::variant<Accepted, Refused> StartWake(const WakeRequest& request) EXCLUDES(mu_);
+  // In place (docs/GPUSHARE.md): a running gpushare workload suspended (its
+  // device memory into the store's chunks, freed), a suspended one resumed,
+  // or both in that order (a swap of two workloads on one GPU; the first
+  // resumed again if the second's resume fails). 404 for no such workload,
+  // 409 for one already so (suspended, running), not a gpushare workload's
+  // state to change (a standby, exited) or that a job acts on. One job per
+  // workload name (the lock key restores and wakes take too); a swap holds
+  // both names.
+  std::variant<Accepted, Refused> StartSuspend(const InPlaceRequest& request) EXCLUDES(mu_);
+  std::variant<Accepted, Refused> StartResume(const InPlaceRequest& request) EXCLUDES(mu_);
+  std::variant<Accepted, Refused> StartSwap(const SwapRequest& request) EXCLUDES(mu_);
   // How many standbys wait on this node (the run directory's records).
   size_t StandbyWorkloads() const;
 
@@ -226,6 +245,8 @@ class Service {
   // CRIU config, the timeout) and what the request asks (the source, the
   // name, the GPUs, the container as given, standby).
   RestoreOptions RestoreOptionsFor(const RestoreRequest& request) const;
+  // A suspend's or resume's job on the workload `name`.
+  std::variant<Accepted, Refused> StartInPlace(const std::string& kind, const std::string& name) EXCLUDES(mu_);
   void OnProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   void OnTransferProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   // Under mu_: a job's records are written in the order of its changes.

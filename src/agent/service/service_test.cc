@@ -357,6 +357,29 @@ TEST_F(AgentServiceTest, ARestoreRecordsItsPathAndWhyItFellBack) {
       << log_;
 }
 
+TEST_F(AgentServiceTest, EveryRestoreGetsTheAgentsHugePagesSetting) {
+  std::vector<bool> seen;
+  options_.restore = [&seen](const RestoreOptions& o) -> Result<RestoreResult> {
+    seen.push_back(o.huge_pages);
+    return RestoreResult{};
+  };
+  Publish("snap-hp");
+  RestoreRequest request;
+  request.source.id = "snap-hp";
+  for (bool huge_pages : {true, false}) {
+    options_.huge_pages = huge_pages;
+    options_.state_dir = fmt::format("{}/agent-{}", options_.store, huge_pages);
+    auto service = Service::Open(options_);
+    ASSERT_TRUE(service.ok()) << service.status().ToString();
+    for (bool standby : {false, true}) {
+      request.standby = standby;
+      request.name = fmt::format("w-{}-{}", huge_pages, standby);
+      EXPECT_EQ(Finished(**service, (*service)->StartRestore(request)).state, JobState::kSucceeded);
+    }
+  }
+  EXPECT_EQ(seen, (std::vector<bool>{true, true, false, false}));
+}
+
 TEST_F(AgentServiceTest, AProcessRestoreSaysSoQuietly) {
   options_.restore = [](const RestoreOptions&) -> Result<RestoreResult> {
     RestoreResult r;

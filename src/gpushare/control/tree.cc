@@ -22,6 +22,7 @@
 #include "proc/proc.h"
 #include "util/files.h"
 #include "util/fd.h"
+#include "util/test_hooks.h"
 
 namespace gpusnap::gpushare::control {
 namespace {
@@ -156,6 +157,7 @@ Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::strin
     timings["gpushare-quiesce-retries"] = attempt;
   }
   timings["gpushare-quiesce"] = SecondsSince(t0);
+  if (st.ok()) PauseIfRequested("gpushare-quiesced");
   if (st.ok()) st = RecordShares(procs, manifest_of);
   if (!st.ok()) return st.Then("resuming the processes", ResumeAll(procs));
   auto t1 = Clock::now();
@@ -460,6 +462,44 @@ Status ResumeInPlace(const std::vector<ShimProcess>& procs, const std::string& s
   for (const ShimProcess& p : procs)
     GPUSNAP_RETURN_IF_ERROR(RemoveTree(SuspendedDir(store, p)).Wrap("the processes run again, but"));
   return Status::Ok();
+}
+
+InPlaceWhole JudgeInPlace(const std::vector<InPlaceShimState>& states) {
+  bool all_running = true, all_released = true;
+  for (const InPlaceShimState& s : states) {
+    all_running = all_running && s.state == "running";
+    all_released = all_released && s.state == "released" && s.released_bytes == s.bytes;
+  }
+  if (all_running) return InPlaceWhole::kRunning;
+  return all_released ? InPlaceWhole::kSuspended : InPlaceWhole::kUnsettled;
+}
+
+const char* InPlaceWholeName(InPlaceWhole whole) {
+  switch (whole) {
+    case InPlaceWhole::kRunning: return "running";
+    case InPlaceWhole::kSuspended: return "suspended";
+    case InPlaceWhole::kUnsettled: return "unsettled";
+  }
+  return "?";
+}
+
+Result<std::vector<InPlaceShimState>> InPlaceStatesOf(const std::vector<ShimProcess>& procs) {
+  std::vector<InPlaceShimState> out;
+  for (const ShimProcess& p : procs) {
+    // Behind a release or load of many gigabytes, as long as those may take.
+    GPUSNAP_ASSIGN_OR_RETURN(auto j, Send(p, {ShimCommand::kState, "", "", 10000}, 3600 * 1000));
+    out.push_back({j.value("state", ""), j.value("bytes", uint64_t{0}), j.value("released_bytes", uint64_t{0})});
+  }
+  return out;
+}
+
+Result<InPlaceWhole> SettleInPlace(const std::vector<ShimProcess>& procs, const std::string& store,
+                                   std::map<std::string, double>& timings) {
+  GPUSNAP_ASSIGN_OR_RETURN(auto states, InPlaceStatesOf(procs));
+  InPlaceWhole whole = JudgeInPlace(states);
+  if (whole != InPlaceWhole::kUnsettled) return whole;
+  GPUSNAP_RETURN_IF_ERROR(ResumeInPlace(procs, store, timings));
+  return InPlaceWhole::kRunning;
 }
 
 Status ResumeAll(const std::vector<ShimProcess>& procs) {

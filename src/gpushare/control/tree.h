@@ -142,6 +142,36 @@ Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& 
 Status ResumeInPlace(const std::vector<ShimProcess>& procs, const std::string& store,
                      std::map<std::string, double>& timings);
 
+// Whether the processes of one workload are whole after an in-place suspend
+// or resume that may have stopped half way (its gpusnap or agent killed): a
+// shim finishes the request it was serving when its client went away, and
+// answers the next one after it.
+struct InPlaceShimState {
+  std::string state;            // the shim's: "running", "quiesced", "released"
+  uint64_t bytes = 0;           // its device memory
+  uint64_t released_bytes = 0;  // of which released
+};
+enum class InPlaceWhole {
+  kRunning,    // every process running
+  kSuspended,  // every process released, all of its memory
+  kUnsettled,  // anything else: quiesced, a mix, memory adopted but not loaded
+};
+// Pure.
+InPlaceWhole JudgeInPlace(const std::vector<InPlaceShimState>& states);
+const char* InPlaceWholeName(InPlaceWhole whole);
+
+// Each process's state, waiting as long as a release or a load in flight
+// may take (the shim answers once it has finished it).
+Result<std::vector<InPlaceShimState>> InPlaceStatesOf(const std::vector<ShimProcess>& procs);
+
+// Brings processes suspended in place (their manifests under
+// <store>/suspended/) that are unsettled to running: the released ones load
+// (adopted memory stays, the rest is made and filled), then all resume, and
+// their manifests go. Running or suspended processes are left as they are.
+// What they are now.
+Result<InPlaceWhole> SettleInPlace(const std::vector<ShimProcess>& procs, const std::string& store,
+                                   std::map<std::string, double>& timings);
+
 // Resume every process (after a quiesce only).
 Status ResumeAll(const std::vector<ShimProcess>& procs);
 

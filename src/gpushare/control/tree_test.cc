@@ -16,6 +16,20 @@ TEST(GpushareTree, AllOrNoneOfTheGpuProcessesLoadTheShim) {
             std::string::npos);
 }
 
+TEST(GpushareTree, AnInPlaceWorkloadIsWholeOnlyAllRunningOrAllReleasedWithAllItsMemory) {
+  const InPlaceShimState running{"running", 100, 0}, released{"released", 100, 100}, quiesced{"quiesced", 100, 0};
+  // Adopted memory (a resume stopped before its load) or a load half done: still released, not all of it.
+  const InPlaceShimState adopted{"released", 100, 40};
+  EXPECT_EQ(JudgeInPlace({running, running}), InPlaceWhole::kRunning);
+  EXPECT_EQ(JudgeInPlace({released, released}), InPlaceWhole::kSuspended);
+  EXPECT_EQ(JudgeInPlace({quiesced}), InPlaceWhole::kUnsettled);
+  EXPECT_EQ(JudgeInPlace({adopted}), InPlaceWhole::kUnsettled);
+  EXPECT_EQ(JudgeInPlace({released, adopted}), InPlaceWhole::kUnsettled);
+  EXPECT_EQ(JudgeInPlace({running, released}), InPlaceWhole::kUnsettled);
+  EXPECT_EQ(JudgeInPlace({running, quiesced}), InPlaceWhole::kUnsettled);
+  EXPECT_STREQ(InPlaceWholeName(InPlaceWhole::kSuspended), "suspended");
+}
+
 TEST(GpushareTree, ManifestIsNamedByTheNamespacePid) {
   EXPECT_EQ(ManifestPath("/s/tmp/x/gpu", {4711, 2, "n"}), "/s/tmp/x/gpu/2.chunks");
 }

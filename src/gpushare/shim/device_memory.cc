@@ -451,11 +451,19 @@ Status DeviceMemory::Load(const std::string& chunk_store, const std::string& man
   for (const TrackedAllocation& a : allocs)
     if (a.released) released.push_back(a);
   GPUSNAP_ASSIGN_OR_RETURN(std::vector<TrackedAllocation> objects, ObjectRanges(/*released=*/true));
-  GPUSNAP_RETURN_IF_ERROR(MapAll(released).Wrap("load"));
-  GPUSNAP_RETURN_IF_ERROR(MakeObjects().Wrap("load"));
+  Status st = MapAll(released).Wrap("load");
+  if (st.ok()) st = MakeObjects().Wrap("load");
   released.insert(released.end(), objects.begin(), objects.end());
   double map_s = SecondsSince(t0);
-  GPUSNAP_RETURN_IF_ERROR(Fill(chunk_store, released, manifest).Wrap("load"));
+  if (st.ok()) st = Fill(chunk_store, released, manifest).Wrap("load");
+  if (!st.ok()) {
+    // Nothing may run on half-loaded memory, nor hold it: what this load (or
+    // an adopt before it) mapped is freed again, and the process stays
+    // released, whole, for a later load to start over.
+    if (Status dropped = DropLoaded(); !dropped.ok())
+      return st.Wrap(fmt::format("and freeing what it had loaded failed too ({})", dropped.message()));
+    return st;
+  }
   state_ = ShimState::kQuiesced;
   uint64_t total = 0;
   for (const TrackedAllocation& a : released) total += a.size;
@@ -469,6 +477,28 @@ Status DeviceMemory::Load(const std::string& chunk_store, const std::string& man
   adopted_ = adopted_bytes_ = 0;
   loads_.fetch_add(1, std::memory_order_release);
   return Status::Ok();
+}
+
+Status DeviceMemory::DropLoaded() {
+  const RealDriver& d = Real();
+  std::vector<TrackedAllocation> allocs;
+  {
+    MutexLock lock(mu_);
+    allocs = registry_.All();
+  }
+  for (TrackedAllocation& a : allocs) {
+    if (a.released) continue;
+    abi::CUresult rc = d.mem_unmap(a.va, a.size);
+    if (rc == abi::CUDA_SUCCESS) rc = d.mem_release(a.handle);
+    if (rc != abi::CUDA_SUCCESS)
+      return Real().Error("cuMemUnmap/cuMemRelease", rc).Wrap(fmt::format("{:#x} ({} bytes)", a.va, a.size));
+    a.released = true;
+    a.handle = 0;
+    ForgetAdoptedFd(a.va);
+    MutexLock lock(mu_);
+    registry_.Update(a);
+  }
+  return FreeObjects();
 }
 
 Status DeviceMemory::Resume() {

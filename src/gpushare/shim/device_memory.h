@@ -104,6 +104,9 @@ class DeviceMemory {
  private:
   DeviceMemory() = default;
   Status MapAll(std::vector<TrackedAllocation>& allocs);
+  // After a failed load: every allocation mapped since the release (loaded
+  // or adopted) and the application's objects freed again.
+  Status DropLoaded();
   // A released allocation's range mapped onto `handle` again, with access for
   // its device, and recorded as live; on failure the handle is released.
   Status MapBack(TrackedAllocation& a, abi::CUmemGenericAllocationHandle handle);
