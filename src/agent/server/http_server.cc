@@ -86,7 +86,7 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
     Reply(res, 200, health);
   });
   s.Get("/metrics", [&service](const httplib::Request&, httplib::Response& res) {
-    res.set_content(service.metrics().Format(static_cast<int64_t>(service.StandbyWorkloads())),
+    res.set_content(service.metrics().Format(static_cast<int64_t>(service.StandbyWorkloads()), service.PinnedTierNow()),
                     "text/plain; version=0.0.4");
   });
   // Bodies are read by the handlers, so that no body is ever held past the
@@ -128,6 +128,15 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
     const std::string& id = std::get<Accepted>(started).job_id;
     res.set_header("Location", "/v1/jobs/" + id);
     Reply(res, 202, {{"job", id}});
+  });
+  s.Post(R"(/v1/snapshots/([^/]+)/warm)", [&service](const httplib::Request& req, httplib::Response& res) {
+    std::string id = req.matches[1];
+    if (!IsValidSnapshotId(id)) return ReplyError(res, {400, fmt::format("`{}` is not a snapshot id", id)});
+    auto started = service.StartWarm(id);
+    if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
+    const std::string& job = std::get<Accepted>(started).job_id;
+    res.set_header("Location", "/v1/jobs/" + job);
+    Reply(res, 202, {{"job", job}});
   });
   s.Get("/v1/jobs", [&service](const httplib::Request&, httplib::Response& res) {
     Json all = Json::array();

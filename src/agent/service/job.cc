@@ -240,7 +240,7 @@ Result<Job> JobFromJson(std::string_view text) {
     return Status::Error(Code::kCorruption, "job record: {}", e.what());
   }
   if (!IsValidJobId(job.id)) return Status::Error(Code::kCorruption, "job record: invalid id `{}`", job.id);
-  if (job.kind != "checkpoint" && job.kind != "restore" && job.kind != "wake")
+  if (job.kind != "checkpoint" && job.kind != "restore" && job.kind != "wake" && job.kind != "warm")
     return Status::Error(Code::kCorruption, "job record `{}`: unknown kind `{}`", job.id, job.kind);
   return job;
 }

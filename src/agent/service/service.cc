@@ -84,7 +84,9 @@ Result<std::unique_ptr<Service>> Service::Open(ServiceOptions options) {
                                           "# gpusnap agent: restores into a fresh namespace keep the agent's cgroup\n"
                                           "manage-cgroups=ignore\n",
                                           0600));
+  GPUSNAP_ASSIGN_OR_RETURN(GpuResources gpu, KeepGpu(options.pinned_cache_bytes, options.log));
   std::unique_ptr<Service> s(new Service(std::move(options), std::move(store), std::move(lock)));
+  s->gpu_ = std::move(gpu);
   s->Recover();
   return s;
 }
@@ -228,6 +230,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   o.caches = settings->caches;
   o.exclude = settings->exclude;
   o.image = settings->image;
+  o.gpu_resources = gpu_;
   if (pod) o.owner = SnapshotOwner{pod->namespace_name, pod->name};
   return Launch(std::move(job), [this, o, pod, push_access, from = settings->capture_path_from](Job& running) mutable
                     -> Status {
@@ -351,6 +354,7 @@ RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request) const {
   o.criu_config = options_.state_dir + "/" + kRestoreCriuConfig;
   o.into_container = request.target_container;
   o.standby = request.standby;
+  o.gpu_resources = gpu_;
   return o;
 }
 
@@ -410,8 +414,11 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
     job.snapshot = meta->id;
     job.bytes_total = meta->total_bytes;
   }
-  return Launch(std::move(job),
-                [this, o, tenant, for_pod](Job& running) { return RunRestore(running.id, o, tenant, for_pod); });
+  return Launch(std::move(job), [this, o, tenant, for_pod](Job& running) -> Status {
+    GPUSNAP_RETURN_IF_ERROR(RunRestore(running.id, o, tenant, for_pod));
+    if (o.standby && gpu_.pinned_tier) PinStandby(running.id);
+    return Status::Ok();
+  });
 }
 
 size_t Service::StandbyWorkloads() const {
@@ -439,6 +446,7 @@ std::variant<Accepted, Refused> Service::StartWake(const WakeRequest& request) {
   o.name = request.name;
   o.gpus = request.gpus;
   o.timeout_s = options_.operation_timeout_s;
+  o.gpu_resources = gpu_;
   return Launch(std::move(job), [this, o, snapshot = standby->restored_from](Job& running) mutable -> Status {
     std::string id = running.id;
     // Its snapshot is not removed while it wakes; other standbys of it wait
