@@ -434,12 +434,12 @@ class AgentPinnedTier(StandbyCase, test_agent.AgentCase):
         snap, steps = self.worker_snapshot()
         stored, stored_bytes = self.stored_chunks()
         # A standby made in this process: the agent pins nothing of it.
-        pid = self.standby(snap, "sb", env=dict(env, GPUSNAP_AGENT_SOCKET=os.path.join(self.tmp, "none.sock")))["pid"]
+        pid = self.standby(snap, "sb")["pid"]  # self.env names a socket no agent listens on
         self.assertEqual(self.tier(agent)["chunks"], 0)
         # Refusals: no such snapshot, a malformed id.
         status, reply = agent.request("POST", "/v1/snapshots/nope/warm")
         self.assertEqual(status, 404, reply)
-        status, reply = agent.request("POST", "/v1/snapshots/..%2Fx/warm")
+        status, reply = agent.request("POST", "/v1/snapshots/.hidden/warm")
         self.assertEqual(status, 400, reply)
 
         warmed = json.loads(self.gs("--json", "warm", snap, env=env).stdout)

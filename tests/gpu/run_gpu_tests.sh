@@ -470,20 +470,28 @@ PY
   passed "$1"
 }
 
+# bench_snapshot MODEL PORT NAME: the bench server (static engine) under
+# gpushare, started cold and checkpointed by run_bench.sh, its snapshot kept:
+# sets the caller's $store and $id; the cold start's answer is in $OUT/NAME.json.
+bench_snapshot() {
+  local kept
+  PYTHON=${PYTHON:-python3} bash "$root/bench/run_bench.sh" --model "$1" --gpushare --engine static --cycles 1 \
+    --no-drop-caches --keep --port "$2" --gpusnap "$GPUSNAP" --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" \
+    --out "$OUT/$3.json" >"$OUT/$3.out" 2>&1 || { fail "run_bench.sh failed: $(grep -m3 FAILED "$OUT/$3.out")"; return 1; }
+  kept=$(grep -m1 '^snapshots kept in ' "$OUT/$3.out")
+  store=${kept#snapshots kept in }; store=${store%%: *}; id=${kept##* }
+  [ -n "$id" ] || { fail "run_bench.sh kept no snapshot"; return 1; }
+}
+
 # (f) Issue 15: the bench server as a production engine runs (a KV-cache pool
 # of most of the GPU, marked scratch; decode replayed from a CUDA graph)
 # under gpushare: checkpointed, restored as a standby that holds no GPU
 # memory, then woken: its answer must be the cold start's, which the static
 # engine can only give by replaying its graph.
 test_standby_server() {
-  local model=${GPU_TEST_MODEL:-1b} port=18411 json=$OUT/standby-bench.json kept store id sb_pid held
+  local model=${GPU_TEST_MODEL:-1b} port=18411 json=$OUT/standby-bench.json store id sb_pid held
   current="(f) the $model static-engine server (KV pool marked scratch, CUDA-graph decode) under gpushare: a standby holding no GPU memory, woken with the cold start's tokens"
-  PYTHON=${PYTHON:-python3} bash "$root/bench/run_bench.sh" --model "$model" --gpushare --engine static --cycles 1 \
-    --no-drop-caches --keep --port "$port" --gpusnap "$GPUSNAP" --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" \
-    --out "$json" >"$OUT/standby-bench.out" 2>&1 || { fail "run_bench.sh failed: $(grep -m3 FAILED "$OUT/standby-bench.out")"; return; }
-  kept=$(grep -m1 '^snapshots kept in ' "$OUT/standby-bench.out")
-  store=${kept#snapshots kept in }; store=${store%%: *}; id=${kept##* }
-  [ -n "$id" ] || { fail "run_bench.sh kept no snapshot"; return; }
+  bench_snapshot "$model" "$port" standby-bench || return
   GPUSNAP_STORE=$store gs restore "$id" --standby --name sbs || { fail "restore --standby failed"; return; }
   sb_pid=$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print([w["pid"] for w in json.load(sys.stdin) if w["name"] == "sbs" and w["state"] == "standby"][0])') ||
     { fail "ps does not show sbs as a standby"; return; }
@@ -517,14 +525,9 @@ PY
 # (made through the agent, which pins its chunks); each prints its phases and
 # the tier's hits and misses, and answers with the cold start's tokens.
 test_agent_pinned_wake() {
-  local model=${GPU_TEST_MODEL:-1b} port=18412 json=$OUT/pinned-bench.json kept store id sock agent_pid before after
+  local model=${GPU_TEST_MODEL:-1b} port=18412 json=$OUT/pinned-bench.json store id sock agent_pid before after
   current="(g) the $model server's standby woken through the agent with --pinned-cache, cold then pinned"
-  PYTHON=${PYTHON:-python3} bash "$root/bench/run_bench.sh" --model "$model" --gpushare --engine static --cycles 1 \
-    --no-drop-caches --keep --port "$port" --gpusnap "$GPUSNAP" --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" \
-    --out "$json" >"$OUT/pinned-bench.out" 2>&1 || { fail "run_bench.sh failed: $(grep -m3 FAILED "$OUT/pinned-bench.out")"; return; }
-  kept=$(grep -m1 '^snapshots kept in ' "$OUT/pinned-bench.out")
-  store=${kept#snapshots kept in }; store=${store%%: *}; id=${kept##* }
-  [ -n "$id" ] || { fail "run_bench.sh kept no snapshot"; return; }
+  bench_snapshot "$model" "$port" pinned-bench || return
   sock=$OUT/pinned-agent/agent.sock
   mkdir -p "$OUT/pinned-agent"
   before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)

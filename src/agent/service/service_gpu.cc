@@ -1,5 +1,6 @@
 // The agent's GPU resources: the driver kept once for every job, and the
 // pinned chunk tier (service.h, "GPU").
+#include <algorithm>
 #include <chrono>
 
 #include "agent/service/service.h"
@@ -90,7 +91,8 @@ Status Service::PinSnapshot(const std::string& id, const SnapshotMeta& meta) {
     MutexLock lock(mu_);
     Job& job = jobs_.at(id);
     if (job.kind != "warm") return;
-    job.bytes_done = done;
+    // The admission's threads report out of order: the most yet counts.
+    job.bytes_done = std::max(job.bytes_done, done);
     job.bytes_total = total;
     Journal(job);
   });

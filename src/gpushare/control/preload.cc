@@ -98,9 +98,11 @@ Result<PreloadedMemory> PreloadedMemory::Make(std::shared_ptr<cuda::GpuSession> 
   out.fill_seconds_ = since() - out.map_seconds_;
   if (lease) {
     out.pinned_hits_ = lease->hits();
-    out.pinned_misses_ = lease->missed().size();
+    std::vector<chunks::ChunkRef> missed = lease->missed();
+    out.pinned_misses_ = missed.size();
+    lease.reset();  // the copies are done: the chunks it held may make room for these
     // Read from the store just now: recently used, kept for the next fill.
-    tier->AdmitLater(chunk_store, lease->missed());
+    tier->AdmitLater(chunk_store, std::move(missed));
   }
   return out;
 }
