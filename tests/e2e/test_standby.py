@@ -421,8 +421,11 @@ class AgentPinnedTier(StandbyCase, test_agent.AgentCase):
         agent = self.start_agent("--pinned-cache", "1GiB", env=self.env)
         snap, steps = self.worker_snapshot()
         stored, _ = self.stored_chunks()
-        self.standby_via(agent, snap, "sb1")
+        pid = self.standby_via(agent, snap, "sb1")["restoredPid"]
         self.assertEqual(self.tier(agent)["chunks"], stored)
+        # The worker's control socket has one name: the second standby comes once the first is gone.
+        self.gs("kill", "sb1")
+        self.assertTrue(self.wait_gone(pid))
         self.standby_via(agent, snap, "sb2")
         t = self.tier(agent)
         self.assertEqual((t["chunks"], t["used"], t["evictions"]), (stored, stored * 64 * MIB, 0), t)
@@ -439,7 +442,7 @@ class AgentPinnedTier(StandbyCase, test_agent.AgentCase):
         # Refusals: no such snapshot, a malformed id.
         status, reply = agent.request("POST", "/v1/snapshots/nope/warm")
         self.assertEqual(status, 404, reply)
-        status, reply = agent.request("POST", "/v1/snapshots/.hidden/warm")
+        status, reply = agent.request("POST", "/v1/snapshots/bad~id/warm")
         self.assertEqual(status, 400, reply)
 
         warmed = json.loads(self.gs("--json", "warm", snap, env=env).stdout)
@@ -449,13 +452,20 @@ class AgentPinnedTier(StandbyCase, test_agent.AgentCase):
         self.assertEqual((job["kind"], job["state"], job["bytesDone"]), ("warm", "succeeded", stored_bytes), job)
         self.assertEqual(self.tier(agent)["chunks"], stored)
 
-        self.standby_via(agent, snap, "sb2")  # a second job; its chunks are there already
+        # A second warm job finds every chunk there already.
+        again = json.loads(self.gs("--json", "warm", snap, env=env).stdout)
+        self.assertEqual(again["pinned_bytes"], stored_bytes, again)
+        self.assertIn(f"pinned 0 chunks of `{snap}` (0 B), {stored} there already", agent.log())
         self.wake_via(agent, "sb")
         self.assert_woken_whole(pid, steps)
         t = self.tier(agent)
         self.assertEqual((t["hits"], t["misses"], t["chunks"]), (stored, 0, stored), t)
 
-        # Three jobs (warm, restore, wake), one cuInit in the agent: at its start.
+        # A second GPU job: the woken worker checkpointed through the agent.
+        job = self.wait_job(agent, self.checkpoint_via(agent, {"pid": pid}))
+        self.assertEqual(job["state"], "succeeded", job)
+        self.assertTrue(self.wait_gone(pid))
+        # Four jobs (two warms, a wake, a checkpoint), one cuInit in the agent: at its start.
         with open(self.log) as f:
             inits = [line for line in f if " fn=cuInit " in line and f" self={agent.proc.pid}" in line]
         self.assertEqual(len(inits), 1, inits)

@@ -129,7 +129,9 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
     res.set_header("Location", "/v1/jobs/" + id);
     Reply(res, 202, {{"job", id}});
   });
-  s.Post(R"(/v1/snapshots/([^/]+)/warm)", [&service](const httplib::Request& req, httplib::Response& res) {
+  // No body is read (a POST handler takes the reader form: the catch-all below has it).
+  s.Post(R"(/v1/snapshots/([^/]+)/warm)", [&service](const httplib::Request& req, httplib::Response& res,
+                                                     const Reader&) {
     std::string id = req.matches[1];
     if (!IsValidSnapshotId(id)) return ReplyError(res, {400, fmt::format("`{}` is not a snapshot id", id)});
     auto started = service.StartWarm(id);
