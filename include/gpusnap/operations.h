@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,7 +24,24 @@
 #include "snapshot/target.h"
 #include "store/snapshot_ref.h"
 
+namespace gpusnap::cuda {
+class GpuSession;  // cuda/gpu_session.h
+}
+namespace gpusnap::gpushare::control {
+class PinnedTier;  // gpushare/control/pinned_tier.h
+}
+
 namespace gpusnap {
+
+// What a long-lived process (the agent) keeps for the GPU steps of every
+// operation it runs, instead of each making its own: the driver loaded once
+// with a context per GPU, and the pinned chunk tier (docs/AGENT.md). Unset
+// (the CLI's one-shot operations): the operation loads the driver itself, and
+// reads every chunk from the store.
+struct GpuResources {
+  std::shared_ptr<cuda::GpuSession> session;
+  std::shared_ptr<gpushare::control::PinnedTier> pinned_tier;  // gpushare's restores and wakes
+};
 
 std::string DefaultStore();  // $GPUSNAP_STORE or /var/lib/gpusnap
 // The store a request names (`--store`, a record's), else DefaultStore():
@@ -54,6 +72,7 @@ struct CheckpointOptions {
   // (docs/SECURITY.md): the agent's, which knows the pod. Unset: the
   // snapshot belongs to no namespace (the CLI's).
   std::optional<SnapshotOwner> owner;
+  GpuResources gpu_resources;
   ProgressFn progress;
 };
 
@@ -93,6 +112,7 @@ struct RestoreOptions {
   // daemon under a keeper that kills the tree should the daemon die before
   // every page is in (criu/lazy_pages_keeper.h). Needs userfaultfd.
   bool lazy_pages = false;
+  GpuResources gpu_resources;
   ProgressFn progress;
   // Called once the snapshot's metadata is read (from the store, or the
   // registry), before anything of the restore starts: an error refuses the
@@ -128,6 +148,7 @@ struct WakeOptions {
   std::string name;             // REQUIRES: a standby workload (RestoreOptions::standby)
   cuda::GpuMapSpec gpus;        // as RestoreOptions::gpus, chosen now
   int timeout_s = 600;          // how long the driver's restore may take
+  GpuResources gpu_resources;
   ProgressFn progress;
 };
 
@@ -160,6 +181,7 @@ struct InPlaceOptions {
   std::vector<pid_t> pids;
   std::string store;            // suspend: default DefaultStore(); resume: the record's, else this
   int quiesce_timeout_ms = 10000;  // suspend: how long running GPU work may take to drain
+  GpuResources gpu_resources;      // resume: the agent's driver and pinned tier; none: made for the call
   ProgressFn progress;
 };
 
@@ -188,6 +210,7 @@ struct SwapOptions {
   std::string resume;           // a suspended workload: resumed after
   std::string store;            // where `suspend` goes; default DefaultStore()
   int quiesce_timeout_ms = 10000;
+  GpuResources gpu_resources;   // as InPlaceOptions'
   ProgressFn progress;
 };
 

@@ -2,7 +2,9 @@
 
 #include "agent/client/route.h"
 #include "agent/server/http_server.h"
+#include "chunks/chunk_store.h"
 #include "cli/cli.h"
+#include "util/byte_size.h"
 
 namespace gpusnap::cli {
 
@@ -33,6 +35,22 @@ void AddAgent(CLI::App& app, Context& ctx) {
                   "Finished job records kept, the newest (older ones are removed as jobs end)")
       ->check(CLI::Range(size_t{1}, size_t{1000000}))
       ->capture_default_str();
+  // Parsed here, once, into the bytes the service takes.
+  sub->add_option_function<std::string>(
+         "--pinned-cache",
+         [opts](const std::string& given) {
+           auto bytes = ParseByteSize(given);
+           if (!bytes.ok()) throw CLI::ValidationError("--pinned-cache", bytes.status().message());
+           if (*bytes != 0 && *bytes < chunks::kChunkBytes)
+             throw CLI::ValidationError(
+                 "--pinned-cache", fmt::format("--pinned-cache {} holds not one chunk ({} bytes): give 0 or at "
+                                               "least 64MiB", given, chunks::kChunkBytes));
+           opts->service.pinned_cache_bytes = *bytes;
+         },
+         "Keep gpushare chunks in up to SIZE of pinned host memory (64GiB, 512M: binary units; 0: none, the "
+         "default): a standby's when it is made, a snapshot's on `gpusnap warm`, recently read ones otherwise; "
+         "wakes and restores copy them to the GPU from there (docs/AGENT.md)")
+      ->type_name("SIZE");
   sub->add_option("--max-body-bytes", opts->max_body_bytes, "Larger requests get 413")->capture_default_str();
   sub->add_option("--threads", opts->threads, "HTTP worker threads per listener")->capture_default_str();
   sub->add_option("--io-timeout", opts->io_timeout_s,

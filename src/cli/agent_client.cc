@@ -150,6 +150,11 @@ Result<Woken> WakeThroughAgent(const std::string& socket, const WakeOptions& o, 
   return out;
 }
 
+Result<nlohmann::json> WarmThroughAgent(const std::string& socket, const std::string& id, ProgressDisplay& progress) {
+  GPUSNAP_ASSIGN_OR_RETURN(Json started, agent::CallAgent(socket, "POST", "/v1/snapshots/" + id + "/warm"));
+  return FollowWithProgress(socket, started, progress);
+}
+
 Result<std::vector<SnapshotMeta>> ListThroughAgent(const std::string& socket) {
   GPUSNAP_ASSIGN_OR_RETURN(Json list, agent::CallAgent(socket, "GET", "/v1/snapshots"));
   std::vector<SnapshotMeta> out;

@@ -34,6 +34,7 @@ void AddRun(CLI::App& app, Context& ctx);
 void AddPs(CLI::App& app, Context& ctx);
 void AddKill(CLI::App& app, Context& ctx);
 void AddWake(CLI::App& app, Context& ctx);
+void AddWarm(CLI::App& app, Context& ctx);
 void AddCheckpoint(CLI::App& app, Context& ctx);
 void AddRestore(CLI::App& app, Context& ctx);
 void AddSnapshots(CLI::App& app, Context& ctx);  // ls, inspect, rm, gc
@@ -88,6 +89,9 @@ Result<Checkpointed> CheckpointThroughAgent(const std::string& socket, const Che
 Result<Restored> RestoreThroughAgent(const std::string& socket, const RestoreOptions& options,
                                      ProgressDisplay& progress);
 Result<Woken> WakeThroughAgent(const std::string& socket, const WakeOptions& options, ProgressDisplay& progress);
+// The warm job of snapshot `id` (its chunks pinned in the agent), followed to
+// its end: the job's JSON.
+Result<nlohmann::json> WarmThroughAgent(const std::string& socket, const std::string& id, ProgressDisplay& progress);
 // The agent's store: its snapshots (ids, sources, sizes), one's metadata, removal.
 Result<std::vector<SnapshotMeta>> ListThroughAgent(const std::string& socket);
 Result<SnapshotMeta> LoadThroughAgent(const std::string& socket, const std::string& id);

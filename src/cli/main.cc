@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   gpusnap::cli::AddCheckpoint(app, ctx);
   gpusnap::cli::AddRestore(app, ctx);
   gpusnap::cli::AddWake(app, ctx);
+  gpusnap::cli::AddWarm(app, ctx);
   gpusnap::cli::AddKill(app, ctx);
   gpusnap::cli::AddSnapshots(app, ctx);
   gpusnap::cli::AddRegistry(app, ctx);

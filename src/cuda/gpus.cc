@@ -81,29 +81,4 @@ Result<std::vector<GpuInfo>> ListGpus(const Driver& driver) {
   return gpus;
 }
 
-PrimaryContexts::~PrimaryContexts() {
-  for (abi::CUdevice dev : retained_) driver_.api().cuDevicePrimaryCtxRelease(dev);
-}
-
-Result<std::uint64_t> PrimaryContexts::FreeBytes(int ordinal) {
-  const DriverApi& api = driver_.api();
-  if (!api.cuDevicePrimaryCtxRetain || !api.cuDevicePrimaryCtxRelease || !api.cuCtxSetCurrent || !api.cuMemGetInfo)
-    return Status::Error(Code::kNotSupported, "the driver `{}` cannot tell a GPU's free memory (no cuMemGetInfo_v2 "
-                         "or primary context calls)", driver_.path());
-  auto failed = [&](const char* call, abi::CUresult rc) {
-    return Status::Error(Code::kExternal, "{} (GPU {}): {}", call, ordinal, driver_.ErrorName(rc));
-  };
-  abi::CUdevice dev = 0;
-  if (abi::CUresult rc = api.cuDeviceGet(&dev, ordinal); rc != abi::CUDA_SUCCESS) return failed("cuDeviceGet", rc);
-  abi::CUcontext ctx = nullptr;
-  if (abi::CUresult rc = api.cuDevicePrimaryCtxRetain(&ctx, dev); rc != abi::CUDA_SUCCESS)
-    return failed("cuDevicePrimaryCtxRetain", rc);
-  retained_.push_back(dev);
-  if (abi::CUresult rc = api.cuCtxSetCurrent(ctx); rc != abi::CUDA_SUCCESS) return failed("cuCtxSetCurrent", rc);
-  std::size_t free_bytes = 0, total_bytes = 0;
-  if (abi::CUresult rc = api.cuMemGetInfo(&free_bytes, &total_bytes); rc != abi::CUDA_SUCCESS)
-    return failed("cuMemGetInfo", rc);
-  return static_cast<std::uint64_t>(free_bytes);
-}
-
 }  // namespace gpusnap::cuda

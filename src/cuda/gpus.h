@@ -33,24 +33,4 @@ struct GpuInfo {
 // the failed call, the device and the CUresult.
 Result<std::vector<GpuInfo>> ListGpus(const Driver& driver);
 
-// The free device memory of GPUs, as cuMemGetInfo tells it in each GPU's
-// primary context. The contexts stay retained until this object goes, so
-// that what comes next in this process (a wake's preload) finds them made
-// instead of making them again. Not thread-safe.
-class PrimaryContexts {
- public:
-  explicit PrimaryContexts(const Driver& driver) : driver_(driver) {}
-  PrimaryContexts(const PrimaryContexts&) = delete;
-  PrimaryContexts& operator=(const PrimaryContexts&) = delete;
-  ~PrimaryContexts();
-
-  // Free bytes of GPU `ordinal` now. kNotSupported for a driver without the
-  // calls; kExternal naming the failed call, the GPU and the CUresult.
-  Result<std::uint64_t> FreeBytes(int ordinal);
-
- private:
-  const Driver& driver_;
-  std::vector<abi::CUdevice> retained_;
-};
-
 }  // namespace gpusnap::cuda

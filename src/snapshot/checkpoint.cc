@@ -43,6 +43,7 @@
 #include "criu/bundle.h"
 #include "criu/operation.h"
 #include "criu/options.h"
+#include "cuda/gpu_session.h"
 #include "gpu/processes.h"
 #include "gpusnap/operations.h"
 #include "gpushare/control/tree.h"
@@ -74,7 +75,7 @@ struct CheckpointRun {
   Target target;
   std::optional<LockFile> tree_lock;
   std::vector<pid_t> gpu_pids;
-  std::optional<cuda::Driver> driver;
+  std::shared_ptr<cuda::Driver> driver;  // the session's: loaded (cuInit done) once per process
   std::vector<gpushare::control::ShimProcess> shim_procs;
   std::optional<Store> store;
   std::optional<PendingSnapshot> pending;
@@ -132,9 +133,9 @@ Status Resolve(const CheckpointOptions& options, Phases& phases, CheckpointRun& 
     run.gpu_pids = gpu::FindGpuProcesses(target.tree);
   }
   if (!run.gpu_pids.empty()) {
-    // One driver, one cuInit, for every GPU process of the tree.
-    GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
-    run.driver.emplace(std::move(loaded));
+    // One driver, one cuInit, for every GPU process of the tree: the agent's, else loaded now.
+    GPUSNAP_ASSIGN_OR_RETURN(auto session, cuda::GpuSession::KeptOrOpen(options.gpu_resources.session));
+    run.driver = session->driver();
     GPUSNAP_ASSIGN_OR_RETURN(run.meta.gpu, gpu::DescribeTree(*run.driver, run.gpu_pids));
   }
   // With the gpushare shim in the GPU processes, their device memory goes to

@@ -19,7 +19,8 @@ namespace control = gpushare::control;
 
 Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& chunk_store,
                                   const std::string& snapshot_dir, const cuda::GpuMapSpec& spec,
-                                  const std::set<std::string>& arriving, std::string_view verb) {
+                                  const std::set<std::string>& arriving, std::string_view verb,
+                                  const GpuResources& resources) {
   std::string refusing = fmt::format("refusing to {}", verb);
   GpuRestore gpu;
   gpu.chunk_store = chunk_store;
@@ -32,8 +33,9 @@ Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& c
     GPUSNAP_RETURN_IF_ERROR(
         control::CheckManifests(chunk_store, gpu.gpu_dir, meta.gpu->ns_pids, arriving).Wrap(refusing));
   }
-  GPUSNAP_ASSIGN_OR_RETURN(auto loaded, cuda::Driver::Load());
-  gpu.driver = std::make_shared<cuda::Driver>(std::move(loaded));
+  GPUSNAP_ASSIGN_OR_RETURN(gpu.session, cuda::GpuSession::KeptOrOpen(resources.session));
+  gpu.driver = gpu.session->driver();
+  gpu.pinned_tier = resources.pinned_tier;
   GPUSNAP_ASSIGN_OR_RETURN(gpu.here, cuda::ListGpus(*gpu.driver));
   GPUSNAP_ASSIGN_OR_RETURN(auto kernel_driver, gpu::KernelDriverVersion());
   auto map = gpu::PlanGpuMap(*meta.gpu, gpu.here, spec);
@@ -45,11 +47,11 @@ Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& c
 
 void StartGpusharePreload(GpuRestore& gpu, const SnapshotMeta& meta, std::chrono::milliseconds arrival_wait,
                           chunks::ChunkStore::Bringer bringer, unsigned threads) {
-  gpu.preload = control::StartPreload(gpu.driver->path(), gpu.chunk_store, gpu.gpu_dir, meta.gpu->ns_pids,
+  gpu.preload = control::StartPreload(gpu.session, gpu.chunk_store, gpu.gpu_dir, meta.gpu->ns_pids,
                                       [map = gpu.gpu_map, here = gpu.here](const cuda::Uuid& uuid) {
                                         return cuda::OrdinalAfterMap(uuid, map, here);
                                       },
-                                      arrival_wait, std::move(bringer), threads);
+                                      arrival_wait, std::move(bringer), threads, gpu.pinned_tier);
 }
 
 Result<std::vector<control::ShimProcess>> RestoreGpuProcesses(const GpuStep& step, Phases& phases) {

@@ -16,6 +16,7 @@
 
 #include "chunks/chunk_lock.h"
 #include "cuda/driver.h"
+#include "cuda/gpu_session.h"
 #include "cuda/gpu_map.h"
 #include "gpusnap/operations.h"
 #include "gpushare/control/preload.h"
@@ -27,7 +28,9 @@ namespace gpusnap {
 // A GPU snapshot's restore onto this machine, planned: what restore and
 // wake decide before they touch anything, and hold until the GPU step.
 struct GpuRestore {
-  std::shared_ptr<cuda::Driver> driver;  // loaded (cuInit done); shared: a call that never returns keeps it alive
+  std::shared_ptr<cuda::GpuSession> session;  // the driver (cuInit done) and the GPUs' contexts
+  std::shared_ptr<cuda::Driver> driver;  // the session's; shared: a call that never returns keeps it alive
+  std::shared_ptr<gpushare::control::PinnedTier> pinned_tier;  // gpushare: where the preload looks first; may be null
   std::vector<cuda::GpuInfo> here;       // this machine's GPUs
   cuda::GpuMap gpu_map;                  // the snapshot's GPUs onto these
   std::string chunk_store;               // the store's root
@@ -40,7 +43,8 @@ struct GpuRestore {
   std::optional<int> OrdinalOf(const cuda::Uuid& uuid) const { return cuda::OrdinalAfterMap(uuid, gpu_map, here); }
 };
 
-// Loads the driver, lists this machine's GPUs, plans `spec` onto them and
+// Takes the driver of `resources` (else loads it), lists this machine's
+// GPUs, plans `spec` onto them and
 // checks that the snapshot fits them (gpu::CheckCompatible); gpushare: takes
 // the chunk store's lock shared and checks that every chunk the manifests
 // name is in the store or among `arriving` (a pull's). Touches no process.
@@ -49,10 +53,12 @@ struct GpuRestore {
 // apply, kNotFound for a missing chunk), wrapped "refusing to <verb>".
 Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& chunk_store,
                                   const std::string& snapshot_dir, const cuda::GpuMapSpec& spec,
-                                  const std::set<std::string>& arriving, std::string_view verb);
+                                  const std::set<std::string>& arriving, std::string_view verb,
+                                  const GpuResources& resources);
 
 // gpushare: starts making and filling the device memory the shims will adopt
-// (gpushare/control/preload.h), on the mapped GPUs. `arrival_wait` and
+// (gpushare/control/preload.h), on the mapped GPUs, from the pinned tier
+// where it has the chunks. `arrival_wait` and
 // `bringer` as StartPreload takes them (a restore that pulls as it goes).
 void StartGpusharePreload(GpuRestore& gpu, const SnapshotMeta& meta, std::chrono::milliseconds arrival_wait,
                           chunks::ChunkStore::Bringer bringer, unsigned threads);

@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "cuda/driver.h"
+#include "cuda/gpu_session.h"
 #include "cuda/gpus.h"
 #include "gpu/processes.h"
 #include "gpusnap/operations.h"
@@ -99,11 +100,12 @@ std::string What(const InPlaceOptions& options) {
 // allocation was on, for them to adopt (preload.h); an invalid result when
 // the preload is off (GPUSNAP_GPUSHARE_PRELOAD=0).
 Result<std::optional<control::PreloadedMemory>> PreloadReleased(const std::vector<control::ShimProcess>& procs,
-                                                                const std::string& store) {
+                                                                const std::string& store,
+                                                                const GpuResources& resources) {
   if (const char* on = std::getenv("GPUSNAP_GPUSHARE_PRELOAD"); on != nullptr && std::string_view(on) == "0")
     return std::optional<control::PreloadedMemory>();
-  GPUSNAP_ASSIGN_OR_RETURN(cuda::Driver driver, cuda::Driver::Load());
-  GPUSNAP_ASSIGN_OR_RETURN(std::vector<cuda::GpuInfo> here, cuda::ListGpus(driver));
+  GPUSNAP_ASSIGN_OR_RETURN(std::shared_ptr<cuda::GpuSession> session, cuda::GpuSession::KeptOrOpen(resources.session));
+  GPUSNAP_ASSIGN_OR_RETURN(std::vector<cuda::GpuInfo> here, cuda::ListGpus(*session->driver()));
   std::vector<control::PreloadTarget> targets;
   for (const control::ShimProcess& p : procs)
     targets.push_back({p.ns_pid, control::ManifestPath(control::SuspendedDir(store, p), p)});
@@ -116,7 +118,9 @@ Result<std::optional<control::PreloadedMemory>> PreloadReleased(const std::vecto
   unsigned threads = gpushare::ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS",
                                              std::max(control::kPreloadThreadsBesideCriu,
                                                       std::thread::hardware_concurrency()));
-  GPUSNAP_ASSIGN_OR_RETURN(auto made, control::PreloadedMemory::Make(driver.path(), store, targets, same_gpu, threads));
+  GPUSNAP_ASSIGN_OR_RETURN(auto made, control::PreloadedMemory::Make(session, store, targets, same_gpu, threads,
+                                                                           std::chrono::milliseconds(0), {},
+                                                                           resources.pinned_tier.get()));
   return std::optional<control::PreloadedMemory>(std::move(made));
 }
 
@@ -167,7 +171,7 @@ Result<InPlaceResult> TakeResume(const InPlaceOptions& options, Phases& phases) 
   // 2. Preload and adopt: only an optimisation.
   phases.Start("resume-preload");
   auto preloaded = released.empty() ? Result<std::optional<control::PreloadedMemory>>(std::nullopt)
-                                    : PreloadReleased(released, t.store);
+                                    : PreloadReleased(released, t.store, options.gpu_resources);
   Status adopted = preloaded.ok() && *preloaded
                        ? control::AdoptPreloaded(released, **preloaded, phases.timings())
                        : preloaded.status();
@@ -219,9 +223,10 @@ Result<SwapResult> SwapWorkloads(const SwapOptions& options) {
     return Status::Error(Code::kInvalidArgument, "a swap takes two workloads, not `{}` twice", options.suspend);
   Phases phases(options.progress);
   InPlaceOptions out{.name = options.suspend, .pids = {}, .store = options.store,
-                     .quiesce_timeout_ms = options.quiesce_timeout_ms, .progress = options.progress};
+                     .quiesce_timeout_ms = options.quiesce_timeout_ms, .gpu_resources = {},
+                     .progress = options.progress};
   InPlaceOptions in{.name = options.resume, .pids = {}, .store = "", .quiesce_timeout_ms = 0,
-                    .progress = options.progress};
+                    .gpu_resources = options.gpu_resources, .progress = options.progress};
   return WithUndo([&](UndoStack& undo) -> Result<SwapResult> {
     // 0. Check both, touching nothing: the one running, the other suspended with its chunks.
     GPUSNAP_RETURN_IF_ERROR(FindInPlaceTarget(out, Wanted::kRunning).status().Wrap("refusing to swap"));
@@ -235,7 +240,7 @@ Result<SwapResult> SwapWorkloads(const SwapOptions& options) {
     undo.Push(fmt::format("resuming `{}` again", options.suspend),
               [&] {
                 InPlaceOptions back{.name = options.suspend, .pids = {}, .store = "", .quiesce_timeout_ms = 0,
-                                    .progress = nullptr};
+                                    .gpu_resources = options.gpu_resources, .progress = nullptr};
                 return ResumeInPlace(back).status();
               });
     phases.Done();

@@ -237,7 +237,7 @@ Status Verify(const RestoreOptions& options, Phases& phases, RestoreRun& run) {
                                   .Wrap("refusing to restore"));
   } else if (meta.gpu) {
     GPUSNAP_ASSIGN_OR_RETURN(run.gpu, PlanGpuRestore(meta, store.root(), source.dir, options.gpus, source.Arriving(),
-                                                     "restore"));
+                                                     "restore", options.gpu_resources));
     if (meta.gpu->gpushare)
       StartGpusharePreload(*run.gpu, meta,
                            source.Arriving().empty() ? std::chrono::milliseconds(0)

@@ -62,7 +62,6 @@ struct WakeRun {
   std::optional<Store> store;
   SnapshotMeta meta;
   std::optional<GpuRestore> gpu;  // planned: the driver, the map, the chunk lock, the preload
-  std::optional<cuda::PrimaryContexts> contexts;  // the target GPUs', kept made for the preload; after `gpu`
   bool touched = false;  // the GPU step began: a failure from here ends the standby
 
   // The standby's tree and its record go: its reaper ends what its namespace holds.
@@ -102,7 +101,7 @@ Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun&
   const SnapshotMeta& m = run.meta;
   if (!m.gpu) return Status::Error(Code::kInternal, "standby `{}`: snapshot `{}` holds no GPU state", w.name, m.id);
   auto planned = PlanGpuRestore(m, store_root, run.store->SnapshotDir(m.id), options.gpus, {},
-                                fmt::format("wake `{}`", w.name));
+                                fmt::format("wake `{}`", w.name), options.gpu_resources);
   if (!planned.ok()) return planned.status();
   run.gpu = std::move(planned).value();
   if (m.gpu->gpushare) {
@@ -112,9 +111,9 @@ Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun&
     std::map<int, uint64_t> need, free_bytes;
     for (const auto& [uuid, bytes] : *by_uuid)
       if (std::optional<int> ordinal = run.gpu->OrdinalOf(uuid)) need[*ordinal] += bytes;
-    run.contexts.emplace(*run.gpu->driver);
     for (const auto& [ordinal, bytes] : need) {
-      auto free_now = run.contexts->FreeBytes(ordinal);
+      // Measured in the context the preload then uses: the session keeps it made.
+      auto free_now = run.gpu->session->FreeBytes(ordinal);
       if (!free_now.ok()) return refused(free_now.status());
       free_bytes[ordinal] = *free_now;
     }
@@ -144,7 +143,6 @@ Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun&
                .progress = options.progress,
                .failed = fmt::format("wake of `{}` failed", w.name)};
   GPUSNAP_ASSIGN_OR_RETURN(auto held_shims, RestoreGpuProcesses(step, phases));
-  run.contexts.reset();  // the preload is over: the processes have their own contexts
 
   // 3. Let it go and record it running: the point of no return.
   PauseIfRequested("wake-record");

@@ -288,6 +288,12 @@ class AgentStandby(StandbyCase, test_agent.AgentCase):
         self.assert_waits(pid, steps)
         _, metrics = agent.request("GET", "/metrics")
         self.assertIn("gpusnap_standby_workloads 1\n", metrics)
+        # Without --pinned-cache: no tier, nothing pinned, no warm.
+        self.assertNotIn("gpusnap_agent_pinned_tier", metrics)
+        self.assertNotIn("pin", job["timings"])
+        status, reply = agent.request("POST", f"/v1/snapshots/{snap}/warm")
+        self.assertEqual(status, 409, reply)
+        self.assertIn("--pinned-cache", reply["error"])
         # Refusals: no such workload, a bad body, the restore of a standby into a GPU map.
         status, reply = agent.request("POST", "/v1/workloads/nope/wake", {})
         self.assertEqual(status, 404, reply)
@@ -330,6 +336,149 @@ class AgentStandby(StandbyCase, test_agent.AgentCase):
         self.assertEqual(kinds[:2], ["wake", "restore"])
         self.wait_steps(steps + 5)
         self.assert_steps_unbroken()
+
+
+
+def metric(text, name):
+    """The value of the sample `name` (with its labels) in a scrape; None if absent."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return int(float(line.split()[-1]))
+    return None
+
+
+class AgentPinnedTier(StandbyCase, test_agent.AgentCase):
+    """The agent's pinned chunk tier (docs/GPUSHARE.md, "The pinned tier"):
+    the standby's chunks pinned when the agent makes it, a snapshot's on
+    `gpusnap warm`, and a wake by the agent filled from it first."""
+
+    def stored_chunks(self):
+        """The snapshot's stored chunks (the worker's zero 64 MiB are not): their count and bytes."""
+        files = self.chunk_files()
+        return len(files), sum(os.path.getsize(f) for f in files)
+
+    def tier(self, agent):
+        _, text = agent.request("GET", "/metrics")
+        names = {"capacity": 'gpusnap_agent_pinned_tier_bytes{kind="capacity"}',
+                 "used": 'gpusnap_agent_pinned_tier_bytes{kind="used"}',
+                 "chunks": "gpusnap_agent_pinned_tier_chunks", "hits": "gpusnap_agent_pinned_tier_hits_total",
+                 "misses": "gpusnap_agent_pinned_tier_misses_total",
+                 "evictions": "gpusnap_agent_pinned_tier_evictions_total"}
+        return {k: metric(text, n) for k, n in names.items()}
+
+    def standby_via(self, agent, snap, name):
+        status, reply = agent.request("POST", "/v1/restores", {"snapshot": snap, "name": name, "standby": True})
+        self.assertEqual(status, 202, reply)
+        job = self.wait_job(agent, reply["job"])
+        self.assertEqual(job["state"], "succeeded", job)
+        return job
+
+    def wake_via(self, agent, name):
+        status, reply = agent.request("POST", f"/v1/workloads/{name}/wake", {"gpus": [0]})
+        self.assertEqual(status, 202, reply)
+        job = self.wait_job(agent, reply["job"])
+        self.assertEqual(job["state"], "succeeded", job)
+        return job
+
+    def assert_woken_whole(self, pid, steps):
+        """The worker goes on, checking every byte of its device memory at each step."""
+        self.assert_runs(pid)
+        self.wait_steps(steps + 5)
+        self.assert_steps_unbroken()
+        last = self.shim_state(pid)["last"]
+        self.assertEqual((last["adopted"], last["adopted_bytes"]), (3, MANIFEST_BYTES), last)
+
+    def test_a_tier_smaller_than_the_snapshot_still_wakes_it_partly_from_the_store(self):
+        slot = 64 * MIB
+        agent = self.start_agent("--pinned-cache", "128MiB", env=self.env)
+        snap, steps = self.worker_snapshot()
+        stored, _ = self.stored_chunks()
+        self.assertGreaterEqual(stored, 3)  # more chunks than the tier's two slots
+        self.assertEqual(self.tier(agent), {"capacity": 2 * slot, "used": 0, "chunks": 0, "hits": 0, "misses": 0,
+                                            "evictions": 0})
+        job = self.standby_via(agent, snap, "sb")
+        self.assertIn("pin", job["timings"])
+        # As many as fit: the admission never evicts what it pinned itself.
+        self.assertEqual(self.tier(agent), {"capacity": 2 * slot, "used": 2 * slot, "chunks": 2, "hits": 0,
+                                            "misses": 0, "evictions": 0})
+        self.assertIn(f"{stored - 2} left out (the tier is full)", agent.log())
+        pid = job["restoredPid"]
+        self.assert_waits(pid, steps)
+
+        self.wake_via(agent, "sb")
+        self.assert_woken_whole(pid, steps)
+        t = self.tier(agent)
+        self.assertEqual((t["hits"], t["misses"]), (2, stored - 2), t)
+        # What the wake read from the store is kept as recently used: it takes
+        # the slots of the chunks the wake used before it, least recent first.
+        end = time.time() + 20
+        while self.tier(agent)["evictions"] != stored - 2 and time.time() < end:
+            time.sleep(0.1)
+        t = self.tier(agent)
+        self.assertEqual((t["chunks"], t["used"], t["evictions"]), (2, 2 * slot, stored - 2), t)
+
+    def test_two_standbys_of_one_snapshot_pin_it_once(self):
+        agent = self.start_agent("--pinned-cache", "1GiB", env=self.env)
+        snap, steps = self.worker_snapshot()
+        stored, _ = self.stored_chunks()
+        pid = self.standby_via(agent, snap, "sb1")["restoredPid"]
+        self.assertEqual(self.tier(agent)["chunks"], stored)
+        # The worker's control socket has one name: the second standby comes once the first is gone.
+        self.gs("kill", "sb1")
+        self.assertTrue(self.wait_gone(pid))
+        self.standby_via(agent, snap, "sb2")
+        t = self.tier(agent)
+        self.assertEqual((t["chunks"], t["used"], t["evictions"]), (stored, stored * 64 * MIB, 0), t)
+        self.assertIn(f"pinned 0 chunks of `{snap}` (0 B), {stored} there already", agent.log())
+
+    def test_warm_pins_a_snapshot_a_later_wake_copies_it_and_the_driver_is_loaded_once(self):
+        agent = self.start_agent("--pinned-cache", "1GiB", env=self.env)
+        env = dict(self.env, GPUSNAP_AGENT_SOCKET=agent.socket)
+        snap, steps = self.worker_snapshot()
+        stored, stored_bytes = self.stored_chunks()
+        # A standby made in this process: the agent pins nothing of it.
+        pid = self.standby(snap, "sb")["pid"]  # self.env names a socket no agent listens on
+        self.assertEqual(self.tier(agent)["chunks"], 0)
+        # Refusals: no such snapshot, a malformed id.
+        status, reply = agent.request("POST", "/v1/snapshots/nope/warm")
+        self.assertEqual(status, 404, reply)
+        status, reply = agent.request("POST", "/v1/snapshots/bad~id/warm")
+        self.assertEqual(status, 400, reply)
+
+        warmed = json.loads(self.gs("--json", "warm", snap, env=env).stdout)
+        self.assertEqual((warmed["snapshot"], warmed["pinned_bytes"], warmed["chunk_bytes"]),
+                         (snap, stored_bytes, stored_bytes), warmed)
+        job = agent.request("GET", f"/v1/jobs/{warmed['job']}")[1]
+        self.assertEqual((job["kind"], job["state"], job["bytesDone"]), ("warm", "succeeded", stored_bytes), job)
+        self.assertEqual(self.tier(agent)["chunks"], stored)
+
+        # A second warm job finds every chunk there already.
+        again = json.loads(self.gs("--json", "warm", snap, env=env).stdout)
+        self.assertEqual(again["pinned_bytes"], stored_bytes, again)
+        self.assertIn(f"pinned 0 chunks of `{snap}` (0 B), {stored} there already", agent.log())
+        self.wake_via(agent, "sb")
+        self.assert_woken_whole(pid, steps)
+        t = self.tier(agent)
+        self.assertEqual((t["hits"], t["misses"], t["chunks"]), (stored, 0, stored), t)
+
+        # A second GPU job: the woken worker checkpointed through the agent.
+        job = self.wait_job(agent, self.checkpoint_via(agent, {"pid": pid}))
+        self.assertEqual(job["state"], "succeeded", job)
+        self.assertTrue(self.wait_gone(pid))
+        # Four jobs (two warms, a wake, a checkpoint), one cuInit in the agent: at its start.
+        with open(self.log) as f:
+            inits = [line for line in f if " fn=cuInit " in line and f" self={agent.proc.pid}" in line]
+        self.assertEqual(len(inits), 1, inits)
+        self.assertIn(" count=1 ", inits[0] + " ")
+
+    def test_a_pinned_cache_smaller_than_a_chunk_is_refused(self):
+        p = self.gs("agent", "--socket", os.path.join(self.tmp, "refused.sock"), "--pinned-cache", "1M", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--pinned-cache 1M holds not one chunk", p.stderr)
+        p = self.gs("agent", "--socket", os.path.join(self.tmp, "refused.sock"), "--pinned-cache", "lots", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("lots", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp, "refused.sock")))
 
 
 if __name__ == "__main__":

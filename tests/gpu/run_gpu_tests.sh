@@ -470,20 +470,28 @@ PY
   passed "$1"
 }
 
+# bench_snapshot MODEL PORT NAME: the bench server (static engine) under
+# gpushare, started cold and checkpointed by run_bench.sh, its snapshot kept:
+# sets the caller's $store and $id; the cold start's answer is in $OUT/NAME.json.
+bench_snapshot() {
+  local kept
+  PYTHON=${PYTHON:-python3} bash "$root/bench/run_bench.sh" --model "$1" --gpushare --engine static --cycles 1 \
+    --no-drop-caches --keep --port "$2" --gpusnap "$GPUSNAP" --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" \
+    --out "$OUT/$3.json" >"$OUT/$3.out" 2>&1 || { fail "run_bench.sh failed: $(grep -m3 FAILED "$OUT/$3.out")"; return 1; }
+  kept=$(grep -m1 '^snapshots kept in ' "$OUT/$3.out")
+  store=${kept#snapshots kept in }; store=${store%%: *}; id=${kept##* }
+  [ -n "$id" ] || { fail "run_bench.sh kept no snapshot"; return 1; }
+}
+
 # (f) Issue 15: the bench server as a production engine runs (a KV-cache pool
 # of most of the GPU, marked scratch; decode replayed from a CUDA graph)
 # under gpushare: checkpointed, restored as a standby that holds no GPU
 # memory, then woken: its answer must be the cold start's, which the static
 # engine can only give by replaying its graph.
 test_standby_server() {
-  local model=${GPU_TEST_MODEL:-1b} port=18411 json=$OUT/standby-bench.json kept store id sb_pid held
+  local model=${GPU_TEST_MODEL:-1b} port=18411 json=$OUT/standby-bench.json store id sb_pid held
   current="(f) the $model static-engine server (KV pool marked scratch, CUDA-graph decode) under gpushare: a standby holding no GPU memory, woken with the cold start's tokens"
-  PYTHON=${PYTHON:-python3} bash "$root/bench/run_bench.sh" --model "$model" --gpushare --engine static --cycles 1 \
-    --no-drop-caches --keep --port "$port" --gpusnap "$GPUSNAP" --weights-dir "${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}" \
-    --out "$json" >"$OUT/standby-bench.out" 2>&1 || { fail "run_bench.sh failed: $(grep -m3 FAILED "$OUT/standby-bench.out")"; return; }
-  kept=$(grep -m1 '^snapshots kept in ' "$OUT/standby-bench.out")
-  store=${kept#snapshots kept in }; store=${store%%: *}; id=${kept##* }
-  [ -n "$id" ] || { fail "run_bench.sh kept no snapshot"; return; }
+  bench_snapshot "$model" "$port" standby-bench || return
   GPUSNAP_STORE=$store gs restore "$id" --standby --name sbs || { fail "restore --standby failed"; return; }
   sb_pid=$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print([w["pid"] for w in json.load(sys.stdin) if w["name"] == "sbs" and w["state"] == "standby"][0])') ||
     { fail "ps does not show sbs as a standby"; return; }
@@ -509,7 +517,7 @@ PY
 }
 
 
-# (g) Issue 24: two bench servers on one GPU under gpushare, driven by the
+# (h) Issue 24: two bench servers on one GPU under gpushare, driven by the
 # agent: one suspended in place, then swapped (suspend a, resume b) and back.
 # Each resumed server must answer its own first answer's tokens; the time
 # from the swap's request to the resumed server's first streamed token is
@@ -517,7 +525,7 @@ PY
 test_agent_swap_servers() {
   local model=${GPU_TEST_MODEL:-1b} weights=${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}
   local sock=$OUT/swap-agent.sock store=$OUT/swap-store port_a=18421 port_b=18422 agent_pid
-  current="(g) two $model static-engine servers on one GPU swapped through the agent, each answering its own tokens"
+  current="(h) two $model static-engine servers on one GPU swapped through the agent, each answering its own tokens"
   python3 "$root/bench/server.py" --model "$model" --weights-dir "$weights" --prepare >"$OUT/swap-prepare.out" 2>&1 ||
     { fail "preparing the weights: $(tail -3 "$OUT/swap-prepare.out")"; return; }
   "$GPUSNAP" agent --socket "$sock" --store "$store" >"$OUT/swap-agent.out" 2>&1 &
@@ -580,6 +588,69 @@ PY
   passed "$1"
 }
 
+# (g) Issue 24: the agent as the fast path. The agent loads the driver once
+# and keeps a context per GPU (what that costs on GPU 0 is printed from
+# nvidia-smi before and after it starts), and with --pinned-cache keeps the
+# gpushare chunks in pinned host memory. The bench server's standby is woken
+# through the agent twice: cold (made in-process: nothing pinned) and pinned
+# (made through the agent, which pins its chunks); each prints its phases and
+# the tier's hits and misses, and answers with the cold start's tokens.
+test_agent_pinned_wake() {
+  local model=${GPU_TEST_MODEL:-1b} port=18412 json=$OUT/pinned-bench.json store id sock agent_pid before after
+  current="(g) the $model server's standby woken through the agent with --pinned-cache, cold then pinned"
+  bench_snapshot "$model" "$port" pinned-bench || return
+  sock=$OUT/pinned-agent/agent.sock
+  mkdir -p "$OUT/pinned-agent"
+  before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
+  start pinned-agent "$GPUSNAP" agent --socket "$sock" --store "$store" --state-dir "$OUT/pinned-agent/state" \
+    --pinned-cache "${GPU_TEST_PINNED_CACHE:-64GiB}"
+  agent_pid=$pid
+  wait_for "$OUT/pinned-agent.out" "listening on" 60 || { fail "the agent did not start: $(tail -3 "$OUT/pinned-agent.out")"; return; }
+  after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
+  echo "INFO: the agent's kept driver and contexts: GPU 0 memory used $before MiB before it started, $after MiB after ($((after - before)) MiB; the agent's process: $(gpu_mem_mib_of "$agent_pid") MiB)"
+  echo "INFO: $(grep -m1 'loaded once' "$OUT/pinned-agent.out")"
+  # wake_through NAME LABEL: the standby NAME woken through the agent, to the first streamed token.
+  wake_through() {
+    local m0 m1
+    m0=$(curl -s --unix-socket "$sock" http://agent/metrics | grep '^gpusnap_agent_pinned_tier')
+    python3 "$root/bench/client.py" --port "$port" --stream --exec -- "$GPUSNAP" --json wake "$1" --agent "$sock" \
+      >"$OUT/pinned-wake-$2.json" || { fail "the $2 wake or its first answer failed"; return 1; }
+    m1=$(curl -s --unix-socket "$sock" http://agent/metrics | grep '^gpusnap_agent_pinned_tier')
+    python3 - "$json" "$OUT/pinned-wake-$2.json" "$2" "$m0" "$m1" <<'PY' || { fail "the $2 wake's answer is not the cold start's"; return 1; }
+import json, sys
+cold = json.load(open(sys.argv[1]))["cold_start"]["answer"]
+woke = json.load(open(sys.argv[2]))
+assert woke["answer"]["tokens"] == cold["tokens"], (woke["answer"]["tokens"][:8], cold["tokens"][:8])
+def metrics(text):
+    return {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.strip()}
+m0, m1 = metrics(sys.argv[4]), metrics(sys.argv[5])
+hits = m1["gpusnap_agent_pinned_tier_hits_total"] - m0["gpusnap_agent_pinned_tier_hits_total"]
+misses = m1["gpusnap_agent_pinned_tier_misses_total"] - m0["gpusnap_agent_pinned_tier_misses_total"]
+t = woke["cmd_output"]["timings_s"]
+phases = " ".join(f"{k}={t[k]:.2f}" for k in ("check", "gpushare-preload", "gpushare-preload-map", "gpushare-preload-fill",
+                                             "gpu-restore", "gpushare-adopt", "gpushare-load", "total") if k in t)
+rate = hits / (hits + misses) if hits + misses else 0.0
+print(f"INFO: {sys.argv[3]} wake: first token {woke['first_token_s']:.2f} s; {phases}; "
+      f"tier hits {hits:.0f}, misses {misses:.0f} (hit rate {rate:.0%}); "
+      f"tier {m1['gpusnap_agent_pinned_tier_bytes{kind=\"used\"}'] / 2**30:.1f} GiB used")
+PY
+  }
+  # Cold: a standby made in this process, so the agent has pinned nothing of it.
+  GPUSNAP_STORE=$store gs restore "$id" --standby --name sbcold --no-agent >/dev/null || { fail "restore --standby failed"; return; }
+  reapers+=("$(reaper_of "$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print([w["pid"] for w in json.load(sys.stdin) if w["name"] == "sbcold"][0])')")")
+  wake_through sbcold cold || return
+  gs kill sbcold
+  # Pinned: the agent makes the standby and pins its chunks as it does.
+  gs restore "$id" --standby --name sbpinned --agent "$sock" >/dev/null || { fail "restore --standby through the agent failed"; return; }
+  reapers+=("$(reaper_of "$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print([w["pid"] for w in json.load(sys.stdin) if w["name"] == "sbpinned"][0])')")")
+  echo "INFO: $(grep -m1 "pinned .* chunks of \`$id\`" "$OUT/pinned-agent.out")"
+  wake_through sbpinned pinned || return
+  gs kill sbpinned
+  kill "$agent_pid"; wait "$agent_pid" 2>/dev/null
+  GPUSNAP_STORE=$store gs rm "$id" >/dev/null
+  passed "$1"
+}
+
 note_machine_state
 echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
@@ -587,7 +658,7 @@ gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
   test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_gpushare_other_gpu
   test_gpushare_ipc test_gpushare_vmm_fd test_gpushare_release_failure test_gpushare_nccl test_gpushare_tp2 test_gpushare_tp4
-  test_llm_server_cycles test_standby_server test_agent_swap_servers"
+  test_llm_server_cycles test_standby_server test_agent_pinned_wake test_agent_swap_servers"
 for t in ${GPU_TESTS:-$tests}; do
   $t "$failures"
 done

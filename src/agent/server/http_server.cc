@@ -94,7 +94,7 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
     Reply(res, 200, health);
   });
   s.Get("/metrics", [&service](const httplib::Request&, httplib::Response& res) {
-    res.set_content(service.metrics().Format(static_cast<int64_t>(service.StandbyWorkloads())),
+    res.set_content(service.metrics().Format(static_cast<int64_t>(service.StandbyWorkloads()), service.PinnedTierNow()),
                     "text/plain; version=0.0.4");
   });
   // Bodies are read by the handlers, so that no body is ever held past the
@@ -158,6 +158,17 @@ void AddRoutes(httplib::Server& s, Service& service, bool unix_socket, size_t ma
       out.push_back(std::move(j));
     }
     Reply(res, 200, out);
+  });
+  // No body is read (a POST handler takes the reader form: the catch-all below has it).
+  s.Post(R"(/v1/snapshots/([^/]+)/warm)", [&service](const httplib::Request& req, httplib::Response& res,
+                                                     const Reader&) {
+    std::string id = req.matches[1];
+    if (!IsValidSnapshotId(id)) return ReplyError(res, {400, fmt::format("`{}` is not a snapshot id", id)});
+    auto started = service.StartWarm(id);
+    if (auto* r = std::get_if<Refused>(&started)) return ReplyError(res, r->error, r->job_id);
+    const std::string& job = std::get<Accepted>(started).job_id;
+    res.set_header("Location", "/v1/jobs/" + job);
+    Reply(res, 202, {{"job", job}});
   });
   s.Get("/v1/jobs", [&service](const httplib::Request&, httplib::Response& res) {
     Json all = Json::array();

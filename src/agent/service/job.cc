@@ -247,7 +247,7 @@ Result<Job> JobFromJson(std::string_view text) {
     return Status::Error(Code::kCorruption, "job record: {}", e.what());
   }
   if (!IsValidJobId(job.id)) return Status::Error(Code::kCorruption, "job record: invalid id `{}`", job.id);
-  static constexpr std::string_view kKinds[] = {"checkpoint", "restore", "wake", "suspend", "resume", "swap"};
+  static constexpr std::string_view kKinds[] = {"checkpoint", "restore", "wake", "suspend", "resume", "swap", "warm"};
   if (std::find(std::begin(kKinds), std::end(kKinds), job.kind) == std::end(kKinds))
     return Status::Error(Code::kCorruption, "job record `{}`: unknown kind `{}`", job.id, job.kind);
   return job;

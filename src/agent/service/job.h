@@ -59,7 +59,7 @@ struct JobCapturePath {
 
 struct Job {
   std::string id;                 // IsValidJobId
-  std::string kind;               // "checkpoint", "restore", "wake" (of a standby), "suspend", "resume", "swap"
+  std::string kind;               // "checkpoint", "restore", "wake" (of a standby), "suspend", "resume", "swap", "warm" (chunks pinned)
   JobState state = JobState::kRunning;
   std::string phase;              // the last phase the operation reported finished
   std::string target;             // what it acts on, for humans: "pid 4711", "container 3f2a…", "snapshot x"

@@ -71,6 +71,25 @@ std::string FormatMetrics(const MetricsSnapshot& m) {
   for (const auto& [key, n] : m.refusals)
     out += fmt::format("gpusnap_agent_refusals_total{{listener=\"{}\",status=\"{}\"}} {}\n", Escape(key.first),
                        key.second, n);
+  if (const auto& t = m.pinned_tier) {
+    out += "# HELP gpusnap_agent_pinned_tier_bytes The pinned chunk tier's bound and the bytes of its slots in use.\n";
+    out += "# TYPE gpusnap_agent_pinned_tier_bytes gauge\n";
+    out += fmt::format("gpusnap_agent_pinned_tier_bytes{{kind=\"capacity\"}} {}\n", t->capacity_bytes);
+    out += fmt::format("gpusnap_agent_pinned_tier_bytes{{kind=\"used\"}} {}\n", t->used_bytes);
+    out += "# HELP gpusnap_agent_pinned_tier_chunks Chunks in the pinned tier.\n";
+    out += "# TYPE gpusnap_agent_pinned_tier_chunks gauge\n";
+    out += fmt::format("gpusnap_agent_pinned_tier_chunks {}\n", t->chunks);
+    const std::pair<const char*, uint64_t> counters[] = {
+        {"hits", t->hits}, {"misses", t->misses}, {"evictions", t->evictions}};
+    const char* help[] = {"Chunks fills copied from the pinned tier.",
+                          "Chunks fills read from the chunk store, not found in the pinned tier.",
+                          "Chunks the pinned tier let go to make room for others."};
+    for (size_t i = 0; i < std::size(counters); ++i) {
+      out += fmt::format("# HELP gpusnap_agent_pinned_tier_{}_total {}\n", counters[i].first, help[i]);
+      out += fmt::format("# TYPE gpusnap_agent_pinned_tier_{}_total counter\n", counters[i].first);
+      out += fmt::format("gpusnap_agent_pinned_tier_{}_total {}\n", counters[i].first, counters[i].second);
+    }
+  }
   return out;
 }
 
@@ -105,13 +124,15 @@ std::string Metrics::Format() const {
   return FormatMetrics(m_);
 }
 
-std::string Metrics::Format(int64_t standby_workloads) const {
+std::string Metrics::Format(int64_t standby_workloads,
+                            const std::optional<gpushare::control::PinnedTierGauges>& pinned_tier) const {
   MetricsSnapshot m;
   {
     MutexLock lock(mu_);
     m = m_;
   }
   m.standby_workloads = standby_workloads;
+  m.pinned_tier = pinned_tier;
   return FormatMetrics(m);
 }
 

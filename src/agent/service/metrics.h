@@ -8,6 +8,12 @@
 //   gpusnap_standby_workloads                       standbys waiting on the node for a wake
 //   gpusnap_agent_refusals_total{listener,status}   requests and connections the API refused
 //                                                   (listener="unix"|"tcp", status: the HTTP answer)
+//   gpusnap_agent_pinned_tier_bytes{kind}           the pinned chunk tier's bound and use
+//                                                   (kind="capacity"|"used"), with --pinned-cache
+//   gpusnap_agent_pinned_tier_chunks                chunks in it
+//   gpusnap_agent_pinned_tier_hits_total            chunks fills copied from it
+//   gpusnap_agent_pinned_tier_misses_total          chunks fills read from the store instead
+//   gpusnap_agent_pinned_tier_evictions_total       chunks it let go for others
 //
 // kind is "checkpoint", "restore" or "wake": the wakes of standbys are
 // counted by gpusnap_operations_total{kind="wake"}, and their seconds are
@@ -19,9 +25,11 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "gpushare/control/pinned_tier.h"
 #include "util/mutex.h"
 #include "util/thread_annotations.h"
 
@@ -44,6 +52,7 @@ struct MetricsSnapshot {
   int64_t jobs_in_flight = 0;
   int64_t standby_workloads = -1;  // -1: not reported
   std::map<std::pair<std::string, int>, uint64_t> refusals;            // (listener, HTTP status)
+  std::optional<gpushare::control::PinnedTierGauges> pinned_tier;     // unset: no tier
 };
 
 std::string FormatMetrics(const MetricsSnapshot& m);
@@ -56,8 +65,11 @@ class Metrics {
   void JobFinished(const std::string& kind, bool succeeded) EXCLUDES(mu_);
   void Refused(const std::string& listener, int http_status) EXCLUDES(mu_);
   std::string Format() const EXCLUDES(mu_);
-  // With the standbys waiting now (counted by the caller, at each scrape).
-  std::string Format(int64_t standby_workloads) const EXCLUDES(mu_);
+  // With the standbys waiting now and the pinned tier's gauges (read by the
+  // caller, at each scrape).
+  std::string Format(int64_t standby_workloads,
+                     const std::optional<gpushare::control::PinnedTierGauges>& pinned_tier = std::nullopt) const
+      EXCLUDES(mu_);
 
  private:
   mutable Mutex mu_;

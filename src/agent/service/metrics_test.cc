@@ -53,6 +53,22 @@ TEST(AgentMetrics, StandbysAreAGaugeOfTheirOwn) {
   EXPECT_NE(text.find("gpusnap_operations_total{kind=\"wake\",result=\"succeeded\"} 1\n"), std::string::npos);
 }
 
+TEST(AgentMetrics, ThePinnedTierIsReportedOnlyWhenThereIsOne) {
+  Metrics m;
+  EXPECT_EQ(m.Format(0).find("gpusnap_agent_pinned_tier"), std::string::npos);
+  gpushare::control::PinnedTierGauges g{.capacity_bytes = 4ull << 26, .used_bytes = 3ull << 26, .chunks = 3,
+                                        .hits = 7, .misses = 2, .evictions = 1};
+  std::string text = m.Format(0, g);
+  for (const char* line : {"# TYPE gpusnap_agent_pinned_tier_bytes gauge\n",
+                           "gpusnap_agent_pinned_tier_bytes{kind=\"capacity\"} 268435456\n",
+                           "gpusnap_agent_pinned_tier_bytes{kind=\"used\"} 201326592\n",
+                           "gpusnap_agent_pinned_tier_chunks 3\n",
+                           "# TYPE gpusnap_agent_pinned_tier_hits_total counter\ngpusnap_agent_pinned_tier_hits_total 7\n",
+                           "# TYPE gpusnap_agent_pinned_tier_misses_total counter\ngpusnap_agent_pinned_tier_misses_total 2\n",
+                           "gpusnap_agent_pinned_tier_evictions_total 1\n"})
+    EXPECT_NE(text.find(line), std::string::npos) << line << text;
+}
+
 TEST(AgentMetrics, RefusalsAreCountedByListenerAndStatus) {
   Metrics m;
   m.Refused("unix", 403);

@@ -98,7 +98,9 @@ Result<std::unique_ptr<Service>> Service::Open(ServiceOptions options) {
                                           "# gpusnap agent: restores into a fresh namespace keep the agent's cgroup\n"
                                           "manage-cgroups=ignore\n",
                                           0600));
+  GPUSNAP_ASSIGN_OR_RETURN(GpuResources gpu, KeepGpu(options.pinned_cache_bytes, options.log));
   std::unique_ptr<Service> s(new Service(std::move(options), std::move(store), std::move(lock)));
+  s->gpu_ = std::move(gpu);
   s->Recover();
   return s;
 }
@@ -251,6 +253,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   o.caches = settings->caches;
   o.exclude = settings->exclude;
   o.image = settings->image;
+  o.gpu_resources = gpu_;
   if (pod) o.owner = SnapshotOwner{pod->namespace_name, pod->name};
   return Launch(std::move(job), [this, o, pod, push_access, from = settings->capture_path_from](Job& running) mutable
                     -> Status {
@@ -375,6 +378,7 @@ RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request) const {
   o.into_container = request.target_container;
   o.standby = request.standby;
   o.huge_pages = options_.huge_pages;
+  o.gpu_resources = gpu_;
   return o;
 }
 
@@ -434,8 +438,11 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
     job.snapshot = meta->id;
     job.bytes_total = meta->total_bytes;
   }
-  return Launch(std::move(job),
-                [this, o, tenant, for_pod](Job& running) { return RunRestore(running.id, o, tenant, for_pod); });
+  return Launch(std::move(job), [this, o, tenant, for_pod](Job& running) -> Status {
+    GPUSNAP_RETURN_IF_ERROR(RunRestore(running.id, o, tenant, for_pod));
+    if (o.standby && gpu_.pinned_tier) PinStandby(running.id);
+    return Status::Ok();
+  });
 }
 
 size_t Service::StandbyWorkloads() const {
@@ -463,6 +470,7 @@ std::variant<Accepted, Refused> Service::StartWake(const WakeRequest& request) {
   o.name = request.name;
   o.gpus = request.gpus;
   o.timeout_s = options_.operation_timeout_s;
+  o.gpu_resources = gpu_;
   return Launch(std::move(job), [this, o, snapshot = standby->restored_from](Job& running) mutable -> Status {
     std::string id = running.id;
     // Its snapshot is not removed while it wakes; other standbys of it wait
@@ -499,6 +507,7 @@ std::variant<Accepted, Refused> Service::StartInPlace(const std::string& kind, c
   o.name = name;
   o.store = store_.root();
   o.quiesce_timeout_ms = options_.operation_timeout_s * 1000;
+  o.gpu_resources = gpu_;
   return Launch(std::move(job), [this, o, kind](Job& running) mutable -> Status {
     std::string id = running.id;
     o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };
@@ -541,6 +550,7 @@ std::variant<Accepted, Refused> Service::StartSwap(const SwapRequest& request) {
   o.resume = request.resume;
   o.store = store_.root();
   o.quiesce_timeout_ms = options_.operation_timeout_s * 1000;
+  o.gpu_resources = gpu_;
   return Launch(std::move(job), [this, o](Job& running) mutable -> Status {
     std::string id = running.id;
     o.progress = [this, id](const ProgressEvent& e) { OnProgress(id, e); };

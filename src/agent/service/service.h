@@ -50,6 +50,14 @@
 // the administrator's: the agent's credentials. A checkpoint records the pod
 // it took as the snapshot's owner (gpusnap.json `owner`).
 //
+// GPU: when the node has a CUDA driver, the agent loads it once at Open and
+// retains every GPU's primary context, and every job's GPU steps use them
+// (GpuResources, gpusnap/operations.h). With `pinned_cache_bytes`, it keeps
+// gpushare chunks in pinned host memory (gpushare/control/pinned_tier.h): a
+// standby's when a restore makes it (phase "pin"), a snapshot's on a warm job
+// (StartWarm), and what wakes and restores read from the store; its wakes and
+// restores fill device memory from it first.
+//
 // Capture path: a checkpoint asks for the request's, else its pod's
 // annotation, else auto; the job records what the checkpoint chose and why,
 // and so does the pod (agent/service/pod_annotations.h). A restore records the path
@@ -76,6 +84,8 @@
 #include "agent/service/pod_annotations.h"
 #include "agent/service/registry_access.h"
 #include "container/containers.h"
+#include "cuda/gpu_session.h"
+#include "gpushare/control/pinned_tier.h"
 #include "gpusnap/operations.h"
 #include "gpusnap/status.h"
 #include "store/store.h"
@@ -119,6 +129,9 @@ struct ServiceOptions {
   // The operations. Unset: the library's Checkpoint and Restore.
   std::function<Result<SnapshotMeta>(const CheckpointOptions&)> checkpoint;
   std::function<Result<RestoreResult>(const RestoreOptions&)> restore;
+  // The pinned chunk tier's bound (`--pinned-cache`), rounded down to whole
+  // chunks; 0: no tier. Needs the CUDA driver.
+  uint64_t pinned_cache_bytes = 0;
 };
 
 // What a started job answers with.
@@ -158,6 +171,13 @@ class Service {
   std::variant<Accepted, Refused> StartSuspend(const InPlaceRequest& request) EXCLUDES(mu_);
   std::variant<Accepted, Refused> StartResume(const InPlaceRequest& request) EXCLUDES(mu_);
   std::variant<Accepted, Refused> StartSwap(const SwapRequest& request) EXCLUDES(mu_);
+  // A job of kind `warm` that pins the gpushare chunks of `snapshot` in the
+  // tier (as many as fit), its progress the job's bytes: 404 for no such
+  // snapshot, 409 without a tier, for a snapshot without gpushare chunks, or
+  // while another warm job pins it.
+  std::variant<Accepted, Refused> StartWarm(const std::string& snapshot) EXCLUDES(mu_);
+  // The tier's gauges now; nullopt without a tier.
+  std::optional<gpushare::control::PinnedTierGauges> PinnedTierNow() const;
   // How many standbys wait on this node (the run directory's records).
   size_t StandbyWorkloads() const;
 
@@ -247,6 +267,16 @@ class Service {
   RestoreOptions RestoreOptionsFor(const RestoreRequest& request) const;
   // A suspend's or resume's job on the workload `name`.
   std::variant<Accepted, Refused> StartInPlace(const std::string& kind, const std::string& name) EXCLUDES(mu_);
+  // Job `id` pins the gpushare chunks of `meta` in the tier, in phase "pin"
+  // (its bytes the job's). REQUIRES: gpu_.pinned_tier.
+  Status PinSnapshot(const std::string& id, const SnapshotMeta& meta) EXCLUDES(mu_);
+  // After a restore job `id` made a standby: its snapshot's chunks pinned.
+  // Only a speed-up: a failure is logged, the job succeeds.
+  void PinStandby(const std::string& id) EXCLUDES(mu_);
+  // The driver kept for every job (with each GPU's context) when this node
+  // has one, and the tier when `pinned_cache_bytes` asks for one (which
+  // needs the driver: the error says so).
+  static Result<GpuResources> KeepGpu(uint64_t pinned_cache_bytes, const std::function<void(const std::string&)>& log);
   void OnProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   void OnTransferProgress(const std::string& id, const ProgressEvent& event) EXCLUDES(mu_);
   // Under mu_: a job's records are written in the order of its changes.
@@ -260,6 +290,7 @@ class Service {
   Store store_;
   UniqueFd lock_;
   Metrics metrics_;
+  GpuResources gpu_;  // set once by Open
   std::vector<std::string> recovery_notes_;
 
   mutable Mutex mu_;

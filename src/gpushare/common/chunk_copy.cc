@@ -84,7 +84,8 @@ Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buff
 }
 
 Status FillFromChunks(const RealDriver& d, const chunks::ChunkStore& store, const std::vector<DeviceRange>& ranges,
-                      const std::vector<const chunks::ChunkedAllocation*>& sources, unsigned threads) {
+                      const std::vector<const chunks::ChunkedAllocation*>& sources, unsigned threads,
+                      const PinnedLookup& pinned) {
   std::vector<ChunkJob> jobs = ChunkJobs(ranges);
   if (jobs.empty()) return Status::Ok();
   constexpr int kBuffers = 2;
@@ -106,15 +107,22 @@ Status FillFromChunks(const RealDriver& d, const chunks::ChunkStore& store, cons
         if (ref.length != job.length)
           return Status::Error(Code::kCorruption, "chunk {} of {:#x} has {} bytes, expected {}", job.index,
                                sources[job.range]->va, ref.length, job.length);
-        if (ref.zero) {
+        // A memset or a copy from pinned memory needs no staging buffer: it
+        // goes on stream 0. The drain waits on pending streams only: one of
+        // another context must not be forgotten for this one.
+        auto unstaged = [&](const std::function<abi::CUresult(abi::CUstream)>& enqueue, const char* name) -> Status {
           GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(r.context, 0));
-          GPUSNAP_RETURN_IF_CU_ERROR(d, d.memset_d8_async(r.va + job.offset, 0, job.length, stream), "cuMemsetD8Async");
-          // The drain waits on pending streams only: one of another context
-          // must not be forgotten for this one.
+          GPUSNAP_RETURN_IF_CU_ERROR(d, enqueue(stream), name);
           if (pending[0] && pending[0] != stream) GPUSNAP_RETURN_IF_CU_ERROR(d, d.stream_synchronize(pending[0]), "cuStreamSynchronize");
           pending[0] = stream;
           return Status::Ok();
-        }
+        };
+        if (ref.zero)
+          return unstaged([&](abi::CUstream s) { return d.memset_d8_async(r.va + job.offset, 0, job.length, s); },
+                          "cuMemsetD8Async");
+        if (const void* from = pinned ? pinned(ref) : nullptr)
+          return unstaged([&](abi::CUstream s) { return d.copy_htod_async(r.va + job.offset, from, job.length, s); },
+                          "cuMemcpyHtoDAsync");
         GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkReader reader, chunks::ChunkReader::Open(store, ref));
         for (uint64_t off = 0; reader.remaining() > 0;) {
           size_t slot = staging.turn++ % kBuffers;

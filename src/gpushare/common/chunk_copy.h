@@ -65,9 +65,14 @@ Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buff
 // `ranges[i]`, the same size): each worker reads a chunk in 16 MiB pieces
 // into its two pinned buffers in turn, and copies each piece on while reading
 // the next; zero chunks are a memset. A chunk's digest is checked as its
-// pieces go by, and a mismatch fails the fill (kCorruption).
+// pieces go by, and a mismatch fails the fill (kCorruption). A chunk that
+// `pinned` finds already in pinned host memory (the agent's pinned tier,
+// which checked it as it entered) is copied from there whole, unread and
+// unchecked; empty: none is.
+using PinnedLookup = std::function<const void*(const chunks::ChunkRef&)>;
 Status FillFromChunks(const RealDriver& d, const chunks::ChunkStore& store, const std::vector<DeviceRange>& ranges,
-                      const std::vector<const chunks::ChunkedAllocation*>& sources, unsigned threads);
+                      const std::vector<const chunks::ChunkedAllocation*>& sources, unsigned threads,
+                      const PinnedLookup& pinned = {});
 
 // The value of the environment variable `name` if it is 1..64, else `fallback`.
 unsigned ThreadsFromEnv(const char* name, unsigned fallback);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include "chunks/chunk_manifest.h"
@@ -16,15 +17,18 @@
 #include "util/files.h"
 
 namespace gpusnap::gpushare::control {
-Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const std::string& chunk_store,
+Result<PreloadedMemory> PreloadedMemory::Make(std::shared_ptr<cuda::GpuSession> session,
+                                              const std::string& chunk_store,
                                               const std::vector<PreloadTarget>& targets,
                                               const PreloadDevice& device_for, unsigned threads,
                                               std::chrono::milliseconds arrival_wait,
-                                              chunks::ChunkStore::Bringer bringer) {
-  // The library this process loaded already: the same handle, cuInit done.
+                                              chunks::ChunkStore::Bringer bringer, PinnedTier* tier) {
+  // The library the session loaded: the same handle, cuInit done.
+  const std::string& libcuda = session->driver()->path();
   void* lib = ::dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (lib == nullptr) return Status::Error(Code::kNotFound, "preload: loading `{}`: {}", libcuda, ::dlerror());
   PreloadedMemory out;
+  out.session_ = session;
   out.d_ = ResolveRealDriver(lib, &::dlsym);
   const RealDriver& d = out.d_;
   if (!d.missing.empty())
@@ -51,11 +55,7 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
       if (!ordinal) continue;
       auto ctx = contexts.find(*ordinal);
       if (ctx == contexts.end()) {
-        abi::CUdevice dev = 0;
-        abi::CUcontext c = nullptr;
-        GPUSNAP_RETURN_IF_CU_ERROR(d, d.device_get(&dev, *ordinal), "cuDeviceGet");
-        GPUSNAP_RETURN_IF_CU_ERROR(d, d.primary_ctx_retain(&c, dev), "cuDevicePrimaryCtxRetain");
-        out.retained_.push_back(dev);
+        GPUSNAP_ASSIGN_OR_RETURN(abi::CUcontext c, session->Context(*ordinal));
         ctx = contexts.emplace(*ordinal, c).first;
       }
       GPUSNAP_RETURN_IF_CU_ERROR(d, d.ctx_set_current(ctx->second), "cuCtxSetCurrent");
@@ -86,8 +86,24 @@ Result<PreloadedMemory> PreloadedMemory::Make(const std::string& libcuda, const 
     }
   }
   out.map_seconds_ = since();
-  GPUSNAP_RETURN_IF_ERROR(FillFromChunks(d, store, ranges, sources, threads).Wrap("preload"));
+  std::optional<PinnedTier::Lease> lease;
+  PinnedLookup pinned;
+  if (tier != nullptr) {
+    std::vector<chunks::ChunkRef> refs;
+    for (const chunks::ChunkedAllocation* a : sources) refs.insert(refs.end(), a->chunks.begin(), a->chunks.end());
+    lease.emplace(tier->Borrow(refs));
+    pinned = [&lease](const chunks::ChunkRef& ref) { return lease->Find(ref); };
+  }
+  GPUSNAP_RETURN_IF_ERROR(FillFromChunks(d, store, ranges, sources, threads, pinned).Wrap("preload"));
   out.fill_seconds_ = since() - out.map_seconds_;
+  if (lease) {
+    out.pinned_hits_ = lease->hits();
+    std::vector<chunks::ChunkRef> missed = lease->missed();
+    out.pinned_misses_ = missed.size();
+    lease.reset();  // the copies are done: the chunks it held may make room for these
+    // Read from the store just now: recently used, kept for the next fill.
+    tier->AdmitLater(chunk_store, std::move(missed));
+  }
   return out;
 }
 
@@ -97,21 +113,21 @@ PreloadedMemory::~PreloadedMemory() {
     d_.address_free(m.va, m.size);
     d_.mem_release(m.handle);
   }
-  for (abi::CUdevice dev : retained_) d_.primary_ctx_release(dev);
 }
 
-PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
-                            const std::vector<int>& ns_pids, PreloadDevice device_for,
+PendingPreload StartPreload(std::shared_ptr<cuda::GpuSession> session, const std::string& chunk_store,
+                            const std::string& manifest_dir, const std::vector<int>& ns_pids, PreloadDevice device_for,
                             std::chrono::milliseconds arrival_wait, chunks::ChunkStore::Bringer bringer,
-                            unsigned default_threads) {
+                            unsigned default_threads, std::shared_ptr<PinnedTier> tier) {
   const char* enabled = std::getenv("GPUSNAP_GPUSHARE_PRELOAD");
   if (enabled != nullptr && std::string_view(enabled) == "0") return {};
   std::vector<PreloadTarget> targets;
   for (int ns_pid : ns_pids) targets.push_back({ns_pid, ManifestPath(manifest_dir, {0, ns_pid, ""})});
   unsigned threads = ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS", default_threads);
-  return Beside([libcuda, chunk_store, targets, device_for = std::move(device_for), threads, arrival_wait,
-                 bringer = std::move(bringer)] {
-    return PreloadedMemory::Make(libcuda, chunk_store, targets, device_for, threads, arrival_wait, bringer);
+  return Beside([session = std::move(session), chunk_store, targets, device_for = std::move(device_for), threads,
+                 arrival_wait, bringer = std::move(bringer), tier = std::move(tier)] {
+    return PreloadedMemory::Make(session, chunk_store, targets, device_for, threads, arrival_wait, bringer,
+                                 tier.get());
   });
 }
 

@@ -11,6 +11,11 @@
 // its `load` fills only what is left: the application's own VMM objects, and
 // anything not made here. Preloading is an optimisation: whatever fails here
 // is loaded by the shims as before.
+//
+// With a pinned tier (pinned_tier.h: the agent's), the chunks found there are
+// copied to the GPU straight from pinned host memory; the others are read
+// from the chunk store, and are then kept in the tier as recently used, off
+// the fill's path.
 #pragma once
 
 #include <array>
@@ -19,12 +24,15 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "chunks/chunk_store.h"
+#include "cuda/gpu_session.h"
 #include "gpushare/common/driver_table.h"
+#include "gpushare/control/pinned_tier.h"
 #include "gpusnap/status.h"
 #include "util/beside.h"
 #include "util/fd.h"
@@ -48,19 +56,20 @@ using PreloadDevice = std::function<std::optional<int>(const std::array<uint8_t,
 
 class PreloadedMemory {
  public:
-  // Makes and fills the shim allocations of every target. `libcuda` is the
-  // driver library this process loaded (cuInit done). Errors: the manifests
-  // (kCorruption, kIoError), the driver (kExternal), a chunk (kCorruption).
-  static Result<PreloadedMemory> Make(const std::string& libcuda, const std::string& chunk_store,
+  // Makes and fills the shim allocations of every target, in the primary
+  // contexts of `session` (kept as long as this object). `tier`: where to
+  // look for chunks first; null: none. Errors: the manifests (kCorruption,
+  // kIoError), the driver (kExternal), a chunk (kCorruption).
+  static Result<PreloadedMemory> Make(std::shared_ptr<cuda::GpuSession> session, const std::string& chunk_store,
                                       const std::vector<PreloadTarget>& targets, const PreloadDevice& device_for,
                                       unsigned threads,
                                       std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0),
-                                      chunks::ChunkStore::Bringer bringer = {});
+                                      chunks::ChunkStore::Bringer bringer = {}, PinnedTier* tier = nullptr);
 
   PreloadedMemory(PreloadedMemory&&) = default;
   PreloadedMemory& operator=(PreloadedMemory&&) = default;
-  // Unmaps and releases this process's hold on the memory, and the
-  // contexts; what a process adopted lives on in it.
+  // Unmaps and releases this process's hold on the memory; what a process
+  // adopted lives on in it.
   ~PreloadedMemory();
 
   // The allocations made for the process `ns_pid`; the caller passes each fd
@@ -71,6 +80,10 @@ class PreloadedMemory {
   double map_seconds() const { return map_seconds_; }
   double fill_seconds() const { return fill_seconds_; }
   size_t count() const { return mappings_.size(); }
+  // Chunks copied from the pinned tier, and chunks read from the store
+  // instead (both 0 without a tier).
+  uint64_t pinned_hits() const { return pinned_hits_; }
+  uint64_t pinned_misses() const { return pinned_misses_; }
 
  private:
   PreloadedMemory() = default;
@@ -79,13 +92,15 @@ class PreloadedMemory {
     uint64_t size = 0;
     abi::CUmemGenericAllocationHandle handle = 0;
   };
+  std::shared_ptr<cuda::GpuSession> session_;  // its contexts hold the memory made in them
   RealDriver d_;
   std::vector<Mapping> mappings_;
-  std::vector<abi::CUdevice> retained_;  // primary contexts this object holds
   std::map<int, std::vector<PreloadedAllocation>> by_pid_;
   uint64_t bytes_ = 0;
   double map_seconds_ = 0;
   double fill_seconds_ = 0;
+  uint64_t pinned_hits_ = 0;
+  uint64_t pinned_misses_ = 0;
 };
 
 inline constexpr unsigned kPreloadThreadsBesideCriu = 12;
@@ -100,10 +115,12 @@ using PendingPreload = std::future<Timed<Result<PreloadedMemory>>>;
 // GPUSNAP_GPUSHARE_PRELOAD=0 it starts nothing: the shims' load does it all.
 // `arrival_wait`: how long a chunk not yet in the store may take to arrive
 // (a restore that pulls as it goes; `bringer` says when the pull failed); 0: none.
-PendingPreload StartPreload(const std::string& libcuda, const std::string& chunk_store, const std::string& manifest_dir,
-                            const std::vector<int>& ns_pids, PreloadDevice device_for,
+// `tier` as Make takes it (held until the preload is done); null: none.
+PendingPreload StartPreload(std::shared_ptr<cuda::GpuSession> session, const std::string& chunk_store,
+                            const std::string& manifest_dir, const std::vector<int>& ns_pids, PreloadDevice device_for,
                             std::chrono::milliseconds arrival_wait = std::chrono::milliseconds(0),
                             chunks::ChunkStore::Bringer bringer = {},
-                            unsigned default_threads = kPreloadThreadsBesideCriu);
+                            unsigned default_threads = kPreloadThreadsBesideCriu,
+                            std::shared_ptr<PinnedTier> tier = nullptr);
 
 }  // namespace gpusnap::gpushare::control

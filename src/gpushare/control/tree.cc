@@ -385,12 +385,17 @@ Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_s
                        after, timings);
 }
 
+Result<chunks::ChunkManifest> ReadManifestOf(const std::string& manifest_dir, int ns_pid) {
+  std::string path = ManifestPath(manifest_dir, {0, ns_pid, ""});
+  GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
+  return chunks::DecodeChunkManifest(bytes, path);
+}
+
 Status CheckManifests(const std::string& chunk_store, const std::string& manifest_dir, const std::vector<int>& ns_pids,
                       const std::set<std::string>& arriving) {
   for (int ns_pid : ns_pids) {
     std::string path = ManifestPath(manifest_dir, {0, ns_pid, ""});
-    GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, chunks::DecodeChunkManifest(bytes, path));
+    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, ReadManifestOf(manifest_dir, ns_pid));
     GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkStore store, chunks::ChunkStore::Open(chunk_store));
     for (const chunks::ChunkedAllocation& a : manifest.allocations) {
       for (const chunks::ChunkRef& ref : a.chunks) {
@@ -412,9 +417,7 @@ Result<std::map<std::array<uint8_t, 16>, uint64_t>> DeviceBytesByGpu(const std::
                                                                      const std::vector<int>& ns_pids) {
   std::map<std::array<uint8_t, 16>, uint64_t> out;
   for (int ns_pid : ns_pids) {
-    std::string path = ManifestPath(manifest_dir, {0, ns_pid, ""});
-    GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, chunks::DecodeChunkManifest(bytes, path));
+    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, ReadManifestOf(manifest_dir, ns_pid));
     for (const chunks::ChunkedAllocation& a : manifest.allocations) out[a.device_uuid] += a.size;
   }
   return out;

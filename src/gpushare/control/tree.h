@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chunks/chunk_manifest.h"
 #include "gpushare/common/protocol.h"
 #include "gpushare/control/preload.h"
 #include "gpusnap/status.h"
@@ -54,6 +55,9 @@ Result<nlohmann::json> Send(const ShimProcess& p, const ControlRequest& request,
 
 // The manifest of one process inside `dir` (a snapshot's gpu/ directory).
 std::string ManifestPath(const std::string& dir, const ShimProcess& p);
+// The manifest of the process `ns_pid` in `manifest_dir`, read and decoded
+// (kIoError, kCorruption naming it).
+Result<chunks::ChunkManifest> ReadManifestOf(const std::string& manifest_dir, int ns_pid);
 
 // Device memory shared between the processes (CUDA IPC, exported VMM fds):
 // each process's state lists the fds it keeps of what it exported and of

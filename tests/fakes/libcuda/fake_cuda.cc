@@ -282,7 +282,8 @@ FAKE_EXPORT CUresult cuInit(unsigned int flags) {
     std::lock_guard<std::mutex> lock(g_mu);
     count = ++g_init_count;
   }
-  Log(start, "cuInit", 0, rc, "count=" + std::to_string(count));
+  // `count`: this process's cuInit calls so far; `self`: the process.
+  Log(start, "cuInit", 0, rc, "count=" + std::to_string(count) + " self=" + std::to_string(::getpid()));
   return rc;
 }
 
