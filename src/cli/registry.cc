@@ -6,6 +6,7 @@
 #include "cli/progress.h"
 #include "cli/usage.h"
 #include "gpusnap/distribution.h"
+#include "registry/registries_conf.h"
 #include "registry/sigstore.h"
 #include "registry/trust_policy.h"
 
@@ -81,6 +82,19 @@ void AddTrustFlags(CLI::App& sub, RegistryAccess& access) {
       },
       fmt::format("Trust policy of a pull, containers-policy.json (default {}; none there: pulls are refused)",
                   registry::kDefaultPolicyPath));
+}
+
+void AddRegistriesConfFlag(CLI::App& sub, RegistryAccess& access) {
+  sub.add_option_function<std::string>(
+      "--registries-conf",
+      [&access](const std::string& path) {
+        access.registries = std::make_shared<const registry::RegistriesConf>(
+            ParsedOrUsageError(registry::LoadRegistriesConf(path), "--registries-conf"));
+      },
+      fmt::format("Mirrors a pull reads from, containers-registries.conf (version 2) (default ${}, else {} if there "
+                  "is one; an empty file: none); the signatures are checked for the reference named, wherever the "
+                  "bytes come from",
+                  registry::kRegistriesConfEnv, registry::kDefaultRegistriesConfPath));
 }
 
 // --sign-by-sigstore-private-key KEY [--sign-passphrase-file F]: the key is
@@ -186,6 +200,7 @@ void AddRegistry(CLI::App& app, Context& ctx) {
   pull->add_option("--store", qopts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   AddRegistryFlags(*pull, qopts->access);
   AddTrustFlags(*pull, qopts->access);
+  AddRegistriesConfFlag(*pull, qopts->access);
   AddDecryptionKeyFlag(*pull, qopts->access);
   pull->footer(
       "Fetches only what the store lacks, checks every digest, and publishes the snapshot at once; an interrupted "
