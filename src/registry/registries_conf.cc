@@ -202,17 +202,20 @@ Result<RegistriesConf> LoadRegistriesConf(const std::string& path) {
   if (file.empty()) {
     if (const char* env = std::getenv(kRegistriesConfEnv); env && *env) {
       file = env;
-      why = fmt::format(" (${})", kRegistriesConfEnv);
+      why = fmt::format(" (${}; name another with --registries-conf)", kRegistriesConfEnv);
     } else if (::access(kDefaultRegistriesConfPath, F_OK) == 0 || errno != ENOENT) {
       file = kDefaultRegistriesConfPath;
-      why = " (the default; name one with --registries-conf)";
+      why = " (the default; name another with --registries-conf)";
     } else {
       return RegistriesConf{};
     }
   }
   auto text = ReadFile(file);
   if (!text.ok()) return text.status().Wrap(fmt::format("registries.conf{}", why));
-  return ParseRegistriesConf(*text, file);
+  auto conf = ParseRegistriesConf(*text, file);
+  // A file nobody named for gpusnap says how to go around it.
+  if (!conf.ok() && !why.empty()) return Status::Error(conf.status().code(), "{}{}", conf.status().message(), why);
+  return conf;
 }
 
 std::string PullSource::Describe() const {
