@@ -14,8 +14,9 @@
 namespace gpusnap {
 
 namespace registry {
-struct TrustPolicy;  // registry/trust_policy.h
-class SigningKey;    // registry/sigstore.h
+struct TrustPolicy;     // registry/trust_policy.h
+class SigningKey;       // registry/sigstore.h
+struct RegistriesConf;  // registry/registries_conf.h
 }  // namespace registry
 // The keys of encrypted artifacts (docs/DISTRIBUTION.md, "Encrypted
 // snapshots"), read once where they enter; opaque here, never printed.
@@ -45,6 +46,11 @@ struct RegistryAccess {
   // registry::LoadTrustPolicy). Unset: registry::kDefaultPolicyPath, read
   // when a pull begins; a pull without a policy is refused.
   std::shared_ptr<const registry::TrustPolicy> policy;
+  // Where a pull reads from: the mirrors of a containers-registries.conf,
+  // parsed where it entered (registry::LoadRegistriesConf). Unset: the
+  // default (registry::LoadRegistriesConf("")), read when a pull begins.
+  // Pushes go to the reference's registry alone.
+  std::shared_ptr<const registry::RegistriesConf> registries;
   // Opens encrypted artifacts; none: an encrypted artifact is refused.
   std::shared_ptr<const DecryptionKeys> decryption_keys;
 };
@@ -93,7 +99,10 @@ struct PullOptions {
 };
 
 // Resolves the reference to its manifest's digest and judges its signatures
-// by `access.policy` before any other blob is fetched; then fetches what the
+// by `access.policy` before any other blob is fetched (the manifest, the
+// signatures and the blobs come from `access.registries`' mirrors of the
+// reference, then its registry; each is checked against the reference the
+// user named, wherever it came from); then fetches what the
 // store lacks (chunks already in it are not fetched again),
 // checking every blob's digest as it streams, into a staging directory that
 // survives an interruption (the next pull goes on from there), then publishes

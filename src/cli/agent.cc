@@ -70,6 +70,7 @@ void AddAgent(CLI::App& app, Context& ctx) {
                   "The API server from this kubeconfig, for --kube (default: the pod's service account)");
   AddRegistryFlags(*sub, opts->registry.access);
   AddTrustFlags(*sub, opts->registry.access);
+  AddRegistriesConfFlag(*sub, opts->registry.access);
   AddDecryptionKeyFlag(*sub, opts->registry.access);
   sub->add_option("--registry-secret", opts->registry.secret,
                   "Registry credentials from this Secret (NAMESPACE/NAME, type kubernetes.io/dockerconfigjson), "

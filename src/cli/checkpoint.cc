@@ -229,6 +229,7 @@ void AddRestore(CLI::App& app, Context& ctx) {
       ->check(WorkloadNameError);
   AddRegistryFlags(*sub, opts->registry);
   AddTrustFlags(*sub, opts->registry);
+  AddRegistriesConfFlag(*sub, opts->registry);
   AddDecryptionKeyFlag(*sub, opts->registry);
   sub->add_option("--criu", opts->criu_bundle, "CRIU bundle directory (default: found next to gpusnap; in-process)");
   sub->add_option("--timeout", opts->timeout_s, "Seconds CRIU may take (in-process)")->capture_default_str();
@@ -255,6 +256,7 @@ void AddRestore(CLI::App& app, Context& ctx) {
     RunOperation(ctx, *sub, *agent, *opts, "restore",
                  {"--criu", "--timeout", "--verbose", "--criu-config", "--gpus", "--registry-config", "--ca-file",
                   "--plain-http", "--jobs", "--registry-timeout", "--registry-min-rate", "--decryption-key",
+                  "--policy", "--registries-conf",
                   "--huge-pages", "--lazy-pages"},
                  RestoreThroughAgent, RestoreHere, PrintRestore);
   });

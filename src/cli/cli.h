@@ -48,6 +48,8 @@ void AddRegistry(CLI::App& app, Context& ctx);  // push, pull
 void AddRegistryFlags(CLI::App& sub, RegistryAccess& access);
 // --policy: what a pull trusts (registry.cc)
 void AddTrustFlags(CLI::App& sub, RegistryAccess& access);
+// --registries-conf: the mirrors a pull reads from, read where it enters (registry.cc)
+void AddRegistriesConfFlag(CLI::App& sub, RegistryAccess& access);
 // --decryption-key PRIVATE.pem (repeatable), read where it enters
 void AddDecryptionKeyFlag(CLI::App& sub, RegistryAccess& access);
 

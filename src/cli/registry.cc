@@ -6,6 +6,7 @@
 #include "cli/progress.h"
 #include "cli/usage.h"
 #include "gpusnap/distribution.h"
+#include "registry/registries_conf.h"
 #include "registry/sigstore.h"
 #include "registry/trust_policy.h"
 
@@ -72,15 +73,33 @@ void AddRegistryFlags(CLI::App& sub, RegistryAccess& access) {
       ->capture_default_str();
 }
 
-void AddTrustFlags(CLI::App& sub, RegistryAccess& access) {
+namespace {
+
+// A flag naming a file, read and parsed by `load` where it enters, into `*parsed`.
+template <typename T>
+void AddParsedFileFlag(CLI::App& sub, const std::string& flag, std::shared_ptr<const T>& parsed,
+                       Result<T> (*load)(const std::string&), const std::string& help) {
   sub.add_option_function<std::string>(
-      "--policy",
-      [&access](const std::string& path) {
-        access.policy = std::make_shared<const registry::TrustPolicy>(
-            ParsedOrUsageError(registry::LoadTrustPolicy(path), "--policy"));
+      flag, [&parsed, load, flag](const std::string& path) {
+        parsed = std::make_shared<const T>(ParsedOrUsageError(load(path), flag));
       },
-      fmt::format("Trust policy of a pull, containers-policy.json (default {}; none there: pulls are refused)",
-                  registry::kDefaultPolicyPath));
+      help);
+}
+
+}  // namespace
+
+void AddTrustFlags(CLI::App& sub, RegistryAccess& access) {
+  AddParsedFileFlag(sub, "--policy", access.policy, registry::LoadTrustPolicy,
+                    fmt::format("Trust policy of a pull, containers-policy.json (default {}; none there: pulls are "
+                                "refused)", registry::kDefaultPolicyPath));
+}
+
+void AddRegistriesConfFlag(CLI::App& sub, RegistryAccess& access) {
+  AddParsedFileFlag(sub, "--registries-conf", access.registries, registry::LoadRegistriesConf,
+                    fmt::format("Mirrors a pull reads from, containers-registries.conf (version 2) (default ${}, "
+                                "else {} if there is one; an empty file: none); the signatures are checked for the "
+                                "reference named, wherever the bytes come from",
+                                registry::kRegistriesConfEnv, registry::kDefaultRegistriesConfPath));
 }
 
 // --sign-by-sigstore-private-key KEY [--sign-passphrase-file F]: the key is
@@ -186,6 +205,7 @@ void AddRegistry(CLI::App& app, Context& ctx) {
   pull->add_option("--store", qopts->store, "Snapshot store (default $GPUSNAP_STORE or /var/lib/gpusnap)");
   AddRegistryFlags(*pull, qopts->access);
   AddTrustFlags(*pull, qopts->access);
+  AddRegistriesConfFlag(*pull, qopts->access);
   AddDecryptionKeyFlag(*pull, qopts->access);
   pull->footer(
       "Fetches only what the store lacks, checks every digest, and publishes the snapshot at once; an interrupted "

@@ -24,8 +24,9 @@
 #include "registry/client.h"
 #include "registry/encryption.h"
 #include "registry/reference.h"
-#include "registry/signatures.h"
+#include "registry/registries_conf.h"
 #include "registry/snapshot_blobs.h"
+#include "registry/sources.h"
 #include "registry/trust_policy.h"
 #include "registry/staged_pull.h"
 #include "registry/transfer.h"
@@ -47,40 +48,40 @@ namespace {
 using registry::ArtifactChunk;
 using registry::ArtifactFile;
 using registry::Blob;
-using registry::RegistryClient;
+using registry::Sources;
 
 constexpr uint64_t kMaxConfigBytes = 16 << 20;
 constexpr size_t kWriteBytes = 4 << 20;
 
-Status Mismatch(const std::string& ref, const Blob& blob, const std::string& what, const std::string& got) {
-  return Status::Error(Code::kCorruption, "`{}`: blob {} ({}) does not match its digest (its bytes hash to sha256:{}); "
-                       "not stored", ref, blob.digest, what, got);
+// `from`: the place that sent the bytes, named when it is a mirror.
+Status Mismatch(const std::string& ref, const Blob& blob, const std::string& what, const std::string& got,
+                const registry::PullSource* from) {
+  std::string sender = from && from->mirror ? fmt::format(" from {}", from->Describe()) : "";
+  return Status::Error(Code::kCorruption, "`{}`: blob {} ({}){} does not match its digest (its bytes hash to "
+                       "sha256:{}); not stored", ref, blob.digest, what, sender, got);
 }
 
 // The config blob: small, fetched whole.
-Result<std::string> FetchConfig(RegistryClient& client, const std::string& repo, const Blob& blob,
-                                const std::optional<registry::OpenedBlob>& opened, const std::string& ref) {
+Result<std::string> FetchConfig(Sources& sources, const Blob& blob, const std::optional<registry::OpenedBlob>& opened,
+                                const std::string& ref) {
   if (blob.size > kMaxConfigBytes)
     return Status::Error(Code::kInvalidArgument, "`{}`: its gpusnap.json is {} bytes, more than gpusnap reads", ref,
                          blob.size);
   std::string bytes;
-  GPUSNAP_RETURN_IF_ERROR(client
-                              .FetchBlob(repo, blob, 0,
-                                         [&bytes](const char* d, size_t n) {
-                                           if (bytes.size() + n > kMaxConfigBytes) return false;
-                                           bytes.append(d, n);
-                                           return true;
-                                         })
-                              .status());
+  GPUSNAP_ASSIGN_OR_RETURN(Sources::Served served, sources.FetchBlob(blob, 0, [&bytes](const char* d, size_t n) {
+    if (bytes.size() + n > kMaxConfigBytes) return false;
+    bytes.append(d, n);
+    return true;
+  }));
   if (std::string got = Sha256Hex(bytes); registry::BlobDigest(got) != blob.digest || bytes.size() != blob.size)
-    return Mismatch(ref, blob, "gpusnap.json", got);
+    return Mismatch(ref, blob, "gpusnap.json", got, served.place);
   if (opened) return registry::DecryptBlob(*opened, std::move(bytes), ref, "gpusnap.json");
   return bytes;
 }
 
 // A file of the snapshot into the staging directory, going on from what an
 // interrupted pull left in <file>.part (decrypted, when `decryption` is given).
-Status FetchFile(RegistryClient& client, const std::string& repo, const std::string& staging, const ArtifactFile& f,
+Status FetchFile(Sources& sources, const std::string& staging, const ArtifactFile& f,
                  registry::BlobDecryption* decryption, const std::string& ref, registry::TransferMeter& meter) {
   std::string final_path = staging + "/" + f.path;
   struct stat st{};
@@ -136,13 +137,13 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
     return true;
   };
   uint64_t resumed_from = have;
-  auto got = client.FetchBlob(repo, f.blob, have, append);
-  if (got.ok() && *got == 0 && resumed_from > 0) {
+  auto got = sources.FetchBlob(f.blob, have, append);
+  if (got.ok() && got->from == 0 && resumed_from > 0) {
     // The registry ignored the Range and sent the blob from its start, after
     // the bytes already here: start over.
     pending.clear();
     if (!restart()) return Status::Errno(errno, "truncating `{}`", part);
-    got = client.FetchBlob(repo, f.blob, 0, append);
+    got = sources.FetchBlob(f.blob, 0, append);
   }
   if (written.ok()) flush();  // what came, kept for a resumed pull even when the transfer broke off
   if (!written.ok()) {
@@ -156,7 +157,7 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
     if (have != f.blob.size)
       return Status::Error(Code::kCorruption, "`{}`: blob {} ({}) ended after {} of its {} bytes; not stored", ref,
                            f.blob.digest, f.path, have, f.blob.size);
-    return Mismatch(ref, f.blob, f.path, hex);
+    return Mismatch(ref, f.blob, f.path, hex, got->place);
   }
   if (decryption) {
     if (Status verified = decryption->Verify(ref, f.path); !verified.ok()) {
@@ -172,9 +173,8 @@ Status FetchFile(RegistryClient& client, const std::string& repo, const std::str
 
 // A chunk into the chunk store, checked twice: the bytes against the blob's
 // SHA-256 as they stream, then against the XXH3 name the artifact maps it to.
-Status FetchChunk(RegistryClient& client, const std::string& repo, const chunks::ChunkStore& chunk_store,
-                  const ArtifactChunk& c, const DecryptionKeys* keys, const std::string& ref,
-                  registry::TransferMeter& meter,
+Status FetchChunk(Sources& sources, const chunks::ChunkStore& chunk_store, const ArtifactChunk& c,
+                  const DecryptionKeys* keys, const std::string& ref, registry::TransferMeter& meter,
                   const std::function<void(std::string)>& wrote) {
   if (c.blob.size == 0 || c.blob.size > chunks::kChunkBytes)
     return Status::Error(Code::kInvalidArgument, "`{}`: chunk {} is {} bytes, not 1..{}", ref, c.xxh3, c.blob.size,
@@ -186,7 +186,7 @@ Status FetchChunk(RegistryClient& client, const std::string& repo, const chunks:
   std::string buf(c.blob.size, '\0');
   uint64_t have = 0;
   Sha256 hash;
-  auto got = client.FetchBlob(repo, c.blob, 0, [&](const char* data, size_t n) {
+  auto got = sources.FetchBlob(c.blob, 0, [&](const char* data, size_t n) {
     if (have + n > buf.size()) return false;
     std::memcpy(buf.data() + have, data, n);
     hash.Update(data, n);
@@ -197,7 +197,7 @@ Status FetchChunk(RegistryClient& client, const std::string& repo, const chunks:
   GPUSNAP_RETURN_IF_ERROR(got.status().Wrap(fmt::format("chunk {}", c.xxh3)));
   std::string hex = hash.HexFinal();
   if (have != c.blob.size || registry::BlobDigest(hex) != c.blob.digest)
-    return Mismatch(ref, c.blob, fmt::format("chunk {}", c.xxh3), hex);
+    return Mismatch(ref, c.blob, fmt::format("chunk {}", c.xxh3), hex, got->place);
   if (opened) {
     GPUSNAP_ASSIGN_OR_RETURN(buf, registry::DecryptBlob(*opened, std::move(buf), ref, fmt::format("chunk {}", c.xxh3)));
   }
@@ -297,6 +297,35 @@ Status PublishStaged(const std::string& staging, const std::string& final_dir, c
   return moved;
 }
 
+// The manifest the reference names, and the places its blobs come from
+// (registries.conf: `access.registries`, else the default file). A tag is
+// resolved where its [[registry]] lets tags be, never at a digest-only
+// mirror; from then on the pull is one of that digest, which every place,
+// digest-only mirrors too, must serve as it is.
+Result<registry::Manifest> OpenSources(const PullOptions& o, std::unique_ptr<Sources>& sources) {
+  std::shared_ptr<const registry::RegistriesConf> conf = o.access.registries;
+  if (!conf) {
+    GPUSNAP_ASSIGN_OR_RETURN(registry::RegistriesConf loaded, registry::LoadRegistriesConf(""));
+    conf = std::make_shared<const registry::RegistriesConf>(std::move(loaded));
+  }
+  registry::Manifest manifest;
+  RegistryReference pinned = o.reference;
+  std::unique_ptr<Sources> resolving;
+  if (pinned.digest.empty()) {
+    GPUSNAP_ASSIGN_OR_RETURN(auto places, registry::SourcesFor(*conf, o.reference));
+    GPUSNAP_ASSIGN_OR_RETURN(resolving, Sources::Open(o.reference, std::move(places), o.access, o.progress));
+    GPUSNAP_ASSIGN_OR_RETURN(manifest, resolving->GetManifest());
+    pinned.digest = manifest.digest;
+  }
+  GPUSNAP_ASSIGN_OR_RETURN(auto places, registry::SourcesFor(*conf, pinned));
+  GPUSNAP_ASSIGN_OR_RETURN(sources,
+                           Sources::Open(o.reference, std::move(places), o.access, o.progress, std::move(resolving)));
+  if (manifest.bytes.empty()) {
+    GPUSNAP_ASSIGN_OR_RETURN(manifest, sources->GetManifest());
+  }
+  return manifest;
+}
+
 }  // namespace
 
 namespace registry {
@@ -311,19 +340,16 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
     return Status::Error(Code::kInvalidArgument, "invalid snapshot id `{}` (--as)", o.as_id);
   GPUSNAP_ASSIGN_OR_RETURN(Store store, Store::Open(o.store, true));
   p->store_root_ = store.root();
-  GPUSNAP_ASSIGN_OR_RETURN(p->client_,
-                           RegistryClient::Create(p->ref_.host, registry::ConnectOptionsOf(o.access)));
-  RegistryClient& client = *p->client_;
-  const std::string& repo = p->ref_.repository;
-  GPUSNAP_ASSIGN_OR_RETURN(Manifest manifest, client.GetManifest(repo, p->ref_.ManifestName()));
+  GPUSNAP_ASSIGN_OR_RETURN(Manifest manifest, OpenSources(o, p->sources_));
   // Trusted before anything else of it is fetched or read: the config and
-  // every blob are then checked against this manifest.
+  // every blob are then checked against this manifest, wherever they come
+  // from; the signatures name the reference the user gave.
   std::shared_ptr<const TrustPolicy> policy = o.access.policy;
   if (!policy) {
     GPUSNAP_ASSIGN_OR_RETURN(TrustPolicy loaded, LoadTrustPolicy(""));
     policy = std::make_shared<const TrustPolicy>(std::move(loaded));
   }
-  GPUSNAP_RETURN_IF_ERROR(VerifyManifest(client, *policy, p->ref_, manifest.digest));
+  GPUSNAP_RETURN_IF_ERROR(p->sources_->VerifySignatures(*policy, p->ref_, manifest.digest));
   GPUSNAP_ASSIGN_OR_RETURN(p->artifact_, ParseManifest(manifest.bytes, manifest.media_type, r));
   // An encrypted artifact is opened before anything is written: its config's
   // key is the first the decryption keys must unwrap.
@@ -360,7 +386,7 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
     }
   }
 
-  GPUSNAP_ASSIGN_OR_RETURN(std::string config, FetchConfig(client, repo, p->artifact_.config, p->config_opened_, r));
+  GPUSNAP_ASSIGN_OR_RETURN(std::string config, FetchConfig(*p->sources_, p->artifact_.config, p->config_opened_, r));
   auto parsed = SnapshotMetaFromJson(config);
   if (!parsed.ok()) return parsed.status().Wrap(fmt::format("`{}`: its gpusnap.json", r));
   p->meta_ = std::move(parsed).value();
@@ -455,7 +481,7 @@ Status StagedPull::FetchFiles() {
       GPUSNAP_RETURN_IF_ERROR(PlaintextMatches(opened, f, meta_, ref));
       decryption.emplace(std::move(opened));
     }
-    return FetchFile(*client_, ref_.repository, dir_, f, decryption ? &*decryption : nullptr, ref, *meter_);
+    return FetchFile(*sources_, dir_, f, decryption ? &*decryption : nullptr, ref, *meter_);
   });
 }
 
@@ -463,7 +489,7 @@ void StagedPull::StartChunks(std::vector<const ArtifactChunk*> missing) {
   chunks_thread_ = std::thread([this, missing = std::move(missing)] {
     chunks_status_ = RunEach(missing.size(), options_.access.jobs, [&](size_t i) {
       if (cancel_) return Status::Error(Code::kFailedPrecondition, "the pull was stopped");
-      Status st = FetchChunk(*client_, ref_.repository, *chunks_, *missing[i], options_.access.decryption_keys.get(),
+      Status st = FetchChunk(*sources_, *chunks_, *missing[i], options_.access.decryption_keys.get(),
                              options_.reference.ToString(), *meter_,
                              [this](std::string path) {
                                MutexLock lock(written_mu_);

@@ -58,18 +58,6 @@ Result<std::vector<FetchedSignature>> FetchSignatures(RegistryClient& client, co
   return out;
 }
 
-Status VerifyManifest(RegistryClient& client, const TrustPolicy& policy, const Reference& ref,
-                      const std::string& manifest_digest) {
-  std::vector<FetchedSignature> signatures;
-  if (NeedsSignatures(*RequirementsFor(policy, ref).requirements)) {
-    auto fetched = FetchSignatures(client, ref.repository, manifest_digest);
-    if (!fetched.ok())
-      return fetched.status().Wrap(fmt::format("refusing `{}` ({}): its signatures", ref.ToString(), manifest_digest));
-    signatures = std::move(fetched).value();
-  }
-  return JudgeSignatures(policy, ref, manifest_digest, signatures);
-}
-
 Status SignManifest(RegistryClient& client, const Reference& ref, const std::string& manifest_digest,
                     const SigningKey& key) {
   const std::string& repo = ref.repository;

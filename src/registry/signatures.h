@@ -1,6 +1,7 @@
 // Sigstore signatures in a registry (sigstore.h's formats): reading a
-// manifest's signatures and judging them by the trust policy before a pull
-// fetches anything else, and adding a signature to a manifest pushed.
+// manifest's signatures (which a pull judges by the trust policy before it
+// fetches anything else: sources.h), and adding a signature to a manifest
+// pushed.
 #pragma once
 
 #include <string>
@@ -16,11 +17,6 @@ namespace gpusnap::registry {
 // (none when it has no attachment), each payload checked against its digest.
 Result<std::vector<FetchedSignature>> FetchSignatures(RegistryClient& client, const std::string& repo,
                                                       const std::string& manifest_digest);
-
-// The manifest `manifest_digest`, which `ref` named, judged by `policy`;
-// signatures are fetched only when its scope asks for them.
-Status VerifyManifest(RegistryClient& client, const TrustPolicy& policy, const Reference& ref,
-                      const std::string& manifest_digest);
 
 // Signs `manifest_digest` as `ref` (its tag or digest as the identity) and
 // adds the signature to its attachment (kept: the signatures already there).

@@ -27,6 +27,7 @@
 #include "registry/client.h"
 #include "registry/encryption.h"
 #include "registry/reference.h"
+#include "registry/sources.h"
 #include "registry/transfer.h"
 #include "util/lock_file.h"
 #include "util/mutex.h"
@@ -63,7 +64,7 @@ class StagedPull {
   PullOptions options_;
   Reference ref_;
   std::string store_root_;
-  std::unique_ptr<RegistryClient> client_;
+  std::unique_ptr<Sources> sources_;  // where the manifest and the blobs come from
   Artifact artifact_;
   std::optional<OpenedBlob> config_opened_;  // an encrypted artifact's config: its key
   SnapshotMeta meta_;
