@@ -261,7 +261,7 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.assertEqual(len(self.chunk_files()), 3)
         # The restore has the changed word: the restored worker's next step
         # finds its counter at 2 in device memory (it checks every byte).
-        restored = self.restore_json(snap4)["pid"]
+        restored = self.gs_json("restore", snap4)["pid"]
         self.step(restored)
         self.assertEqual(self.steps(), [1, 2, 3])
 
@@ -315,7 +315,7 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         end = time.time() + 10
         while self.alive(pid) and time.time() < end:
             time.sleep(0.05)
-        restored = self.restore_json(out["id"])["pid"]
+        restored = self.gs_json("restore", out["id"])["pid"]
         self.step(restored)
         self.assertEqual(self.steps(), [1, 2, 3, 2])
 

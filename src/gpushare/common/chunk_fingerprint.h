@@ -46,24 +46,34 @@ inline constexpr uint64_t kFingerprintMulA2 = 0xc4ceb9fe1a85ec53ull;
 inline constexpr uint64_t kFingerprintMulB1 = 0xbf58476d1ce4e5b9ull;
 inline constexpr uint64_t kFingerprintMulB2 = 0x94d049bb133111ebull;
 
-constexpr uint64_t FingerprintMixA(uint64_t word, uint64_t index) {
-  uint64_t x = word ^ (index * kFingerprintIndexA);
-  x ^= x >> 33;
-  x *= kFingerprintMulA1;
-  x ^= x >> 33;
-  x *= kFingerprintMulA2;
-  x ^= x >> 33;
+// A 64-bit finalizer: xor-shift, multiply, xor-shift, multiply, xor-shift.
+// Each step is a bijection, so the whole is one. The kernel's PTX spells out
+// the same steps (fingerprint_kernel.cc, FinalizeAndAdd).
+struct Finalizer {
+  int shift1;
+  uint64_t mul1;
+  int shift2;
+  uint64_t mul2;
+  int shift3;
+};
+inline constexpr Finalizer kFinalizerA{33, kFingerprintMulA1, 33, kFingerprintMulA2, 33};
+inline constexpr Finalizer kFinalizerB{30, kFingerprintMulB1, 27, kFingerprintMulB2, 31};
+
+constexpr uint64_t Finalize(uint64_t x, const Finalizer& f) {
+  x ^= x >> f.shift1;
+  x *= f.mul1;
+  x ^= x >> f.shift2;
+  x *= f.mul2;
+  x ^= x >> f.shift3;
   return x;
 }
 
+constexpr uint64_t FingerprintMixA(uint64_t word, uint64_t index) {
+  return Finalize(word ^ (index * kFingerprintIndexA), kFinalizerA);
+}
+
 constexpr uint64_t FingerprintMixB(uint64_t word, uint64_t index) {
-  uint64_t x = word + (index + 1) * kFingerprintIndexB;
-  x ^= x >> 30;
-  x *= kFingerprintMulB1;
-  x ^= x >> 27;
-  x *= kFingerprintMulB2;
-  x ^= x >> 31;
-  return x;
+  return Finalize(word + (index + 1) * kFingerprintIndexB, kFinalizerB);
 }
 
 // The fingerprint of `bytes` bytes at `data` (a chunk, or a whole range read

@@ -21,6 +21,21 @@ std::string WarpSumStep(const char* reg, int offset) {
       reg, offset);
 }
 
+// Finalize(reg, f) of chunk_fingerprint.h in PTX, then `sum` += reg.
+std::string FinalizeAndAdd(const char* reg, const char* sum, const Finalizer& f) {
+  return fmt::format(
+      "  shr.u64 %s, {0}, {2};\n"
+      "  xor.b64 {0}, {0}, %s;\n"
+      "  mul.lo.u64 {0}, {0}, {3:#018x}U;\n"
+      "  shr.u64 %s, {0}, {4};\n"
+      "  xor.b64 {0}, {0}, %s;\n"
+      "  mul.lo.u64 {0}, {0}, {5:#018x}U;\n"
+      "  shr.u64 %s, {0}, {6};\n"
+      "  xor.b64 {0}, {0}, %s;\n"
+      "  add.u64 {1}, {1}, {0};\n",
+      reg, sum, f.shift1, f.mul1, f.shift2, f.mul2, f.shift3);
+}
+
 }  // namespace
 
 std::string FingerprintPtx() {
@@ -75,40 +90,22 @@ LOOP:
   shl.b64 %p, %i, 3;
   add.u64 %p, %base, %p;
   ld.global.nc.u64 %w, [%p];
-  // a += MixA(w, i)
+  // a += MixA(w, i): x = w ^ i * kFingerprintIndexA, finalized
   mul.lo.u64 %x, %i, {ia:#018x}U;
   xor.b64 %x, %w, %x;
-  shr.u64 %s, %x, 33;
-  xor.b64 %x, %x, %s;
-  mul.lo.u64 %x, %x, {a1:#018x}U;
-  shr.u64 %s, %x, 33;
-  xor.b64 %x, %x, %s;
-  mul.lo.u64 %x, %x, {a2:#018x}U;
-  shr.u64 %s, %x, 33;
-  xor.b64 %x, %x, %s;
-  add.u64 %a, %a, %x;
-  // b += MixB(w, i)
+{finalize_a}  // b += MixB(w, i): y = w + (i + 1) * kFingerprintIndexB, finalized
   add.u64 %y, %i, 1;
   mul.lo.u64 %y, %y, {ib:#018x}U;
   add.u64 %y, %w, %y;
-  shr.u64 %s, %y, 30;
-  xor.b64 %y, %y, %s;
-  mul.lo.u64 %y, %y, {b1:#018x}U;
-  shr.u64 %s, %y, 27;
-  xor.b64 %y, %y, %s;
-  mul.lo.u64 %y, %y, {b2:#018x}U;
-  shr.u64 %s, %y, 31;
-  xor.b64 %y, %y, %s;
-  add.u64 %b, %b, %y;
-  add.u64 %i, %i, %stride;
+{finalize_b}  add.u64 %i, %i, %stride;
   bra.uni LOOP;
 
 SUM:
 )",
                                 fmt::arg("name", kFingerprintKernelName), fmt::arg("ia", kFingerprintIndexA),
-                                fmt::arg("a1", kFingerprintMulA1), fmt::arg("a2", kFingerprintMulA2),
-                                fmt::arg("ib", kFingerprintIndexB), fmt::arg("b1", kFingerprintMulB1),
-                                fmt::arg("b2", kFingerprintMulB2));
+                                fmt::arg("ib", kFingerprintIndexB),
+                                fmt::arg("finalize_a", FinalizeAndAdd("%x", "%a", kFinalizerA)),
+                                fmt::arg("finalize_b", FinalizeAndAdd("%y", "%b", kFinalizerB)));
   // The warp's 32 partial sums into its first lane; that lane adds them to
   // the chunk's pair (sums commute, so the order of the adds is free).
   for (int offset = 16; offset >= 1; offset /= 2) ptx += WarpSumStep("%a", offset) + WarpSumStep("%b", offset);
