@@ -310,11 +310,14 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.assertEqual((copied, unchanged), (1, 3))
         self.step(pid)
         self.assertEqual(self.steps(), [1, 2, 3])
-        # And the snapshot it took restores (the source ended first).
+        # And the snapshot it took restores (the source ended first; the
+        # fake keeps the driver's state in the device stand-in, which the
+        # source left running).
         self.gs("kill", "vmm")
         end = time.time() + 10
         while self.alive(pid) and time.time() < end:
             time.sleep(0.05)
+        self.set_device_state(2)
         restored = self.gs_json("restore", out["id"])["pid"]
         self.step(restored)
         self.assertEqual(self.steps(), [1, 2, 3, 2])

@@ -68,6 +68,7 @@ constexpr int kMovingMemoryWaitMs = 3600 * 1000;
 void AddReleaseFigures(const std::vector<nlohmann::json>& figures, std::map<std::string, double>& timings) {
   double copied = 0, unchanged = 0, fingerprint_s = 0;
   for (const nlohmann::json& f : figures) {
+    if (!f.is_object()) continue;  // a process whose release failed
     copied += f.value("chunks_copied", 0.0);
     unchanged += f.value("chunks_unchanged", 0.0);
     fingerprint_s = std::max(fingerprint_s, f.value("fingerprint_s", 0.0));
