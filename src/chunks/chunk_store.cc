@@ -184,6 +184,16 @@ Status ChunkStore::WriteChunk(const ChunkDigest& digest, const void* data, uint6
 
 void ChunkStore::MarkUsed(const ChunkDigest& digest) const { MarkUsedPath(ChunkPath(digest)); }
 
+bool ChunkStore::Holds(const ChunkRef& ref) const {
+  if (ref.zero) return true;
+  std::string path = ChunkPath(ref.digest);
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) != ref.length)
+    return false;
+  MarkUsedPath(path);
+  return true;
+}
+
 Result<ChunkRef> ChunkStore::SaveChunk(const void* data, uint64_t length, SaveStats* stats) const {
   ChunkRef ref;
   ref.length = length;

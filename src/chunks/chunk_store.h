@@ -163,6 +163,11 @@ class ChunkStore {
   // stays absent. Best effort by design: a mark that cannot be made never
   // fails the read or pull that makes it, so this reports nothing.
   void MarkUsed(const ChunkDigest& digest) const;
+  // Whether the chunk `ref` names is stored with its length (a ZERO chunk is
+  // never stored, and always held); marks a stored one used, as a save that
+  // finds it present does. A release that knows a chunk's bytes unchanged
+  // asks this instead of saving it again: a collection may have taken it.
+  bool Holds(const ChunkRef& ref) const;
 
   // One chunk at a time, for callers that stage chunks through their own
   // buffers (the shim's pinned staging): stores `length` bytes

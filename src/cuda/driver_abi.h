@@ -116,10 +116,12 @@ using CUmemGenericAllocationHandle = unsigned long long;  // _v1
 struct CUctx_st;
 struct CUstream_st;
 struct CUfunc_st;
+struct CUmod_st;
 struct CUgraphExec_st;
 using CUcontext = CUctx_st*;
 using CUstream = CUstream_st*;
 using CUfunction = CUfunc_st*;
+using CUmodule = CUmod_st*;
 using CUgraphExec = CUgraphExec_st*;
 
 inline constexpr CUresult CUDA_ERROR_OUT_OF_MEMORY = 2;
@@ -228,6 +230,13 @@ using PFN_cuMemImportFromShareableHandle = CUresult (*)(CUmemGenericAllocationHa
 using PFN_cuMemRetainAllocationHandle = CUresult (*)(CUmemGenericAllocationHandle* handle, void* addr);
 using PFN_cuMemGetAllocationPropertiesFromHandle = CUresult (*)(CUmemAllocationProp* prop,
                                                                 CUmemGenericAllocationHandle handle);
+using PFN_cuModuleLoadData = CUresult (*)(CUmodule* module, const void* image);
+using PFN_cuModuleGetFunction = CUresult (*)(CUfunction* function, CUmodule module, const char* name);
+using PFN_cuModuleUnload = CUresult (*)(CUmodule module);
+using PFN_cuLaunchKernel = CUresult (*)(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+                                        unsigned int block_x, unsigned int block_y, unsigned int block_z,
+                                        unsigned int shared_mem_bytes, CUstream stream, void** kernel_params,
+                                        void** extra);
 }
 
 // CUipcMemHandle: 64 opaque bytes, passed by value to cuIpcOpenMemHandle.

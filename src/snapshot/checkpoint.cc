@@ -10,7 +10,8 @@
 //    caches, read with its cgroup frozen (snapshot/rootfs_capture.h). A
 //    rootfs-only capture is published here, the workload running on.
 // 4. gpushare processes: quiesce all, save their device memory as chunks and
-//    free it. Undone by loading it back.
+//    free it (with --leave-running and GPUSNAP_GPUSHARE_KEEP=1, gpusnap holds
+//    an fd of it first). Undone by loading it back.
 // 5. GPU processes: lock all, stop their CPU threads, checkpoint all
 //    (gpu/processes.h). Undone by restoring and unlocking them.
 // 6. CRIU dumps the tree from inside its namespace (a container's init that
@@ -22,7 +23,8 @@
 //    --leave-running the source is not killed, so nothing waits for the
 //    publish: CRIU resumes the tree as soon as it has dumped it.
 // 7. Past the point of no return (CRIU is done): with --leave-running, the
-//    GPU state of the source comes back, as an undo would bring it, and only
+//    GPU state of the source comes back, as an undo would bring it (the
+//    memory held at step 4 adopted, the rest loaded), and only
 //    then is the snapshot published: the workload's pause ("paused") ends
 //    with its memory back, not with the digests and the fsync. A publish that
 //    fails then leaves the source running and no snapshot.
@@ -77,6 +79,9 @@ struct CheckpointRun {
   std::vector<pid_t> gpu_pids;
   std::shared_ptr<cuda::Driver> driver;  // the session's: loaded (cuInit done) once per process
   std::vector<gpushare::control::ShimProcess> shim_procs;
+  // With --leave-running and GPUSNAP_GPUSHARE_KEEP=1: the source's device
+  // memory, held through its release, adopted back after the dump.
+  gpushare::control::HeldMemory held;
   std::optional<Store> store;
   std::optional<PendingSnapshot> pending;
   SnapshotMeta meta;
@@ -96,10 +101,13 @@ struct CheckpointRun {
   std::string ManifestDir() const {
     return (published ? store->SnapshotDir(meta.id) : pending->dir()) + "/" + SnapshotFiles::kGpuDir;
   }
+  Status LoadGpushare(std::map<std::string, double>& timings) {
+    return gpushare::control::LoadAll(shim_procs, store->root(), ManifestDir(), gpushare::control::AfterLoad::kResume,
+                                      timings);
+  }
   Status LoadGpushare() {
     std::map<std::string, double> ignored;
-    return gpushare::control::LoadAll(shim_procs, store->root(), ManifestDir(),
-                                          gpushare::control::AfterLoad::kResume, ignored);
+    return LoadGpushare(ignored);
   }
   Status ResumeGpu() {
     std::map<std::string, double> ignored;
@@ -204,8 +212,10 @@ Status ReleaseGpushare(const CheckpointOptions& options, Phases& phases, Checkpo
   phases.Start("gpushare-release");
   std::string manifests = run.ManifestDir();
   if (::mkdir(manifests.c_str(), 0700) != 0) return Status::Errno(errno, "creating `{}`", manifests);
+  bool keep = options.leave_running && gpushare::control::KeepMemoryFromEnv();
   GPUSNAP_RETURN_IF_ERROR(gpushare::control::ReleaseAll(run.shim_procs, run.store->root(), manifests,
-                                                        options.gpu_lock_timeout_ms, phases.timings())
+                                                        options.gpu_lock_timeout_ms, phases.timings(),
+                                                        keep ? &run.held : nullptr)
                               .Wrap("releasing the device memory of the GPU processes"));
   undo.Push("bringing back the device memory of the GPU processes", [&run] { return run.LoadGpushare(); });
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("gpushare-release"));
@@ -285,8 +295,17 @@ Status Dump(const CheckpointOptions& options, Phases& phases, CheckpointRun& run
 Status RunOnThenPublish(const CheckpointOptions& options, Phases& phases, CheckpointRun& run) {
   std::string what = fmt::format("the dump of `{}` is whole", run.meta.id);
   if (run.driver) GPUSNAP_RETURN_IF_ERROR(run.ResumeGpu().Wrap(what + ", but resuming the GPU processes failed"));
+  // The memory held through the release goes back where it was; what is
+  // not adopted (a refusal stops a process's adopts) the load brings from
+  // the chunks.
+  if (run.held.allocations > 0) {
+    Status adopted = gpushare::control::AdoptHeld(run.shim_procs, run.held, phases.timings());
+    if (!adopted.ok() && options.progress)
+      options.progress({"gpushare-adopt: " + adopted.message() + "; the rest is loaded from the chunks", 0, 0, false});
+  }
   if (!run.shim_procs.empty())
-    GPUSNAP_RETURN_IF_ERROR(run.LoadGpushare().Wrap(what + ", but bringing back the device memory failed"));
+    GPUSNAP_RETURN_IF_ERROR(
+        run.LoadGpushare(phases.timings()).Wrap(what + ", but bringing back the device memory failed"));
   phases.timings()["paused"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - *run.pause_start).count();
   return Publish(phases, run).Wrap(

@@ -210,6 +210,129 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.assertEqual(self.shim_state(pid)["state"], "running")
         self.assert_goes_on()
 
+    # --- unchanged chunks ------------------------------------------------------
+    def start_idle(self):
+        """The worker with 130 MiB (chunks of 64, 64 and 2 MiB) and 64 MiB that
+        stay zero, taking a step (which adds 1 to the first word of the 130
+        MiB: its first chunk) only when asked: between two, its memory is as
+        an idle server's."""
+        pid = int(self.gs("run", "--gpushare", "--name", "vmm", "--", WORKER, "--mib", "130", "--zero-mib", "64",
+                          "--full-every", "1", "--step-on-signal", "--device-file", self.device).stdout.strip())
+        self.wait_steps(1)
+        return pid
+
+    def step(self, pid):
+        at = len(self.steps())
+        os.kill(pid, signal.SIGUSR1)
+        self.wait_steps(at + 1)
+
+    def checkpoint_copies(self, *extra):
+        """A checkpoint of the worker: its id, the chunks its release copied off
+        the device and those it found unchanged since they were stored."""
+        out = self.gs_json("checkpoint", "vmm", *extra)
+        t = out["timings_s"]
+        self.assertIn("gpushare-fingerprint", t)
+        return out["id"], int(t["gpushare-chunks-copied"]), int(t["gpushare-chunks-unchanged"])
+
+    def test_unchanged_chunks_are_not_copied_and_a_changed_or_collected_one_is(self):
+        pid = self.start_idle()
+        snap1, copied, unchanged = self.checkpoint_copies("--leave-running")
+        self.assertEqual((copied, unchanged), (4, 0))  # the first release has nothing recorded
+        self.assertEqual(len(self.chunk_files()), 3)   # the zero chunk is no file
+        # Nothing changed on the device: the release copies nothing.
+        snap2, copied, unchanged = self.checkpoint_copies("--leave-running")
+        self.assertEqual((copied, unchanged), (0, 4))
+        self.assertEqual(len(self.chunk_files()), 3)
+        with open(self.manifest(snap1), "rb") as a, open(self.manifest(snap2), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        # One step changes the first word of the first chunk, no other: that
+        # chunk alone is copied and stored again.
+        self.step(pid)
+        snap3, copied, unchanged = self.checkpoint_copies("--leave-running")
+        self.assertEqual((copied, unchanged), (1, 3))
+        self.assertEqual(len(self.chunk_files()), 4)
+        # Every chunk file collected: a chunk unchanged on the device but gone
+        # from the store is stored again; the zero chunk stays as it was.
+        for snap in (snap1, snap2, snap3):
+            self.gs("rm", snap)
+        self.assertEqual(self.chunk_files(), [])
+        snap4, copied, unchanged = self.checkpoint_copies()
+        self.assertEqual((copied, unchanged), (3, 1))
+        self.assertEqual(len(self.chunk_files()), 3)
+        # The restore has the changed word: the restored worker's next step
+        # finds its counter at 2 in device memory (it checks every byte).
+        restored = self.gs_json("restore", snap4)["pid"]
+        self.step(restored)
+        self.assertEqual(self.steps(), [1, 2, 3])
+
+    def test_a_byte_changed_anywhere_in_a_chunk_is_found(self):
+        # A byte written into the device memory behind the process's back, deep
+        # inside the second chunk: the release finds that chunk changed.
+        pid = self.start_idle()
+        self.checkpoint_copies("--leave-running")
+        base = self.shim_allocation(pid, 130 * MIB)
+        at = base + 64 * MIB + 12345 * 8 + 5
+        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
+            mem.seek(at)
+            old = mem.read(1)
+            mem.seek(at)
+            mem.write(bytes([old[0] ^ 0x10]))
+        _, copied, unchanged = self.checkpoint_copies("--leave-running")
+        self.assertEqual((copied, unchanged), (1, 3))
+        self.assertEqual(len(self.chunk_files()), 4)
+        # Put back, the chunk differs from what the last release stored: it is
+        # copied again, and its bytes are the first release's chunk, stored
+        # already. The worker's own checks of every byte pass again.
+        with open(f"/proc/{pid}/mem", "r+b", buffering=0) as mem:
+            mem.seek(at)
+            mem.write(old)
+        _, copied, unchanged = self.checkpoint_copies("--leave-running")
+        self.assertEqual((copied, unchanged), (1, 3))
+        self.assertEqual(len(self.chunk_files()), 4)
+        self.step(pid)
+        self.assertEqual(self.steps(), [1, 2])
+
+    def test_leave_running_can_keep_the_memory_of_the_source(self):
+        # GPUSNAP_GPUSHARE_KEEP=1: gpusnap holds an fd of each allocation
+        # through the release, and the source adopts its own memory after the
+        # dump instead of loading it from the chunks.
+        pid = self.start_idle()
+        out = self.gs_json("checkpoint", "vmm", "--leave-running", env=dict(self.env, GPUSNAP_GPUSHARE_KEEP="1"))
+        self.assertIn("gpushare-hold", out["timings_s"])
+        self.assertIn("gpushare-adopt", out["timings_s"])
+        last = self.shim_state(pid)["last"]
+        # Both allocations (130 and 64 MiB) adopted; the load filled nothing.
+        self.assertEqual((last["adopted"], last["adopted_bytes"], last["bytes"]), (2, 194 * MIB, 0), last)
+        # The worker checks every byte at its next step; a later release finds
+        # the chunks it did not change unchanged.
+        self.step(pid)
+        _, copied, unchanged = self.checkpoint_copies("--leave-running")
+        self.assertEqual((copied, unchanged), (1, 3))
+        self.step(pid)
+        self.assertEqual(self.steps(), [1, 2, 3])
+        # And the snapshot it took restores (the source ended first; the
+        # fake keeps the driver's state in the device stand-in, which the
+        # source left running).
+        self.gs("kill", "vmm")
+        end = time.time() + 10
+        while self.alive(pid) and time.time() < end:
+            time.sleep(0.05)
+        self.set_device_state(2)
+        restored = self.gs_json("restore", out["id"])["pid"]
+        self.step(restored)
+        self.assertEqual(self.steps(), [1, 2, 3, 2])
+
+    def shim_allocation(self, pid, size):
+        """The address of the shim's allocation of `size` bytes in `pid`: the
+        memfd the fake driver maps for it."""
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                span, rest = line.split(" ", 1)
+                lo, hi = (int(x, 16) for x in span.split("-"))
+                if "memfd:" in rest and hi - lo == size:
+                    return lo
+        self.fail(f"no mapping of {size} bytes in pid {pid}")
+
     def test_a_failed_release_fails_the_checkpoint_and_the_source_runs_on(self):
         pid = self.start()
         self.arm("cuMemcpyDtoHAsync_v2:*:2\n")

@@ -282,6 +282,59 @@ test_gpushare_counter() {
   passed "$1"
 }
 
+# The unchanged-chunk release: the fingerprint kernel's PTX equals its
+# reference on this GPU (a byte flipped deep in a chunk changes that chunk's
+# fingerprint only), then gpu_counter holding 16 GiB, of which 15 never change
+# (as a server's weights), is checkpointed with --leave-running three times:
+# the first release copies every chunk, the next ones only the 1 GiB that
+# steps. A fourth time with GPUSNAP_GPUSHARE_KEEP=1 (gpusnap holds the memory
+# through the driver's checkpoint and the source adopts it back): whether the
+# driver takes that, and the pause then. Prints each release's copies and the
+# pause.
+test_gpushare_unchanged_chunks() {
+  current="gpushare: a release copies only the chunks changed since they were stored"
+  local check json round
+  check=$(dirname "$GPUSNAP")/gpusnap_fingerprint_check
+  [ -x "$check" ] || { fail "no $check (build target gpusnap_fingerprint_check)"; return; }
+  "$check" --gib 16 | tee "$OUT/fingerprint_check.out"
+  [ "${PIPESTATUS[0]}" = 0 ] || { fail "the fingerprint kernel differs from its reference on this GPU"; return; }
+  pid=$(gs run --gpushare --name gsu --log "$OUT/gsu.out" -- "$BIN/gpu_counter" --gib 1 --static-gib 15 \
+    --interval-ms 100) || { fail "run --gpushare failed"; return; }
+  reapers+=("$(reaper_of "$pid")")
+  running gsu 3 || return
+  for round in 1 2 3 4; do
+    local keep=0
+    [ "$round" = 4 ] && keep=1
+    json=$(GPUSNAP_GPUSHARE_KEEP=$keep timeout 240 "$GPUSNAP" --json checkpoint gsu --leave-running 2>"$OUT/gsu-cp$round.err")
+    if [ $? != 0 ]; then
+      if [ "$keep" = 1 ]; then
+        echo "INFO: GPUSNAP_GPUSHARE_KEEP=1: the checkpoint failed: $(tail -2 "$OUT/gsu-cp$round.err")"
+        goes_on gsu "$(last_step "$OUT/gsu.out")" || return
+        continue
+      fi
+      fail "checkpoint $round failed: $(tail -2 "$OUT/gsu-cp$round.err")"
+      return
+    fi
+    [ "$keep" = 1 ] && echo "INFO: GPUSNAP_GPUSHARE_KEEP=1: $(grep -h gpushare-adopt "$OUT/gsu-cp$round.err") load: $(
+      "$GPUSNAP" --json gpushare state "$pid" | python3 -c 'import json, sys; l = json.load(sys.stdin)["pids"][0]["last"]; print("adopted", l.get("adopted"), "allocation(s),", l.get("adopted_bytes"), "bytes; filled", l.get("bytes"), "bytes in", round(l.get("load_s", 0), 3), "s")')"
+    echo "$json" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["timings_s"]
+r = int(sys.argv[1])
+copied, unchanged = int(t["gpushare-chunks-copied"]), int(t["gpushare-chunks-unchanged"])
+spent = [t["gpushare-fingerprint"], t["gpushare-release"], t.get("gpushare-load", 0), t["paused"]]
+print("INFO: release %d: copied %d chunk(s), %d unchanged; fingerprint %.3f s, release %.3f s, load %.3f s, "
+      "paused %.3f s" % tuple([r, copied, unchanged] + spent))
+# 16 GiB are 256 chunks of 64 MiB; the first release has nothing recorded,
+# the next find the 15 static GiB (240 chunks) unchanged.
+ok = copied >= 256 and unchanged == 0 if r == 1 else copied <= 16 and unchanged >= 240
+sys.exit(0 if ok else 1)' "$round" || fail "release $round: not the copies expected"
+    goes_on gsu "$(last_step "$OUT/gsu.out")" || return
+  done
+  end_workload gsu
+  passed "$1"
+}
+
 test_gpushare_other_gpu() {
   current="gpushare: gpu_counter with the shim checkpointed on GPU 0, restored on GPU 1"
   moved_to_gpu1 gsm --gpushare && passed "$1"
@@ -656,7 +709,8 @@ echo "gpusnap: $GPUSNAP; workloads: $BIN; output: $OUT"
 nvidia-smi -L
 gs cuda gpus || { echo "FAIL: gpusnap cuda gpus"; exit 1; }
 tests="test_counter_suspend_resume test_two_counters_in_one_call test_gpu_map test_pinned_reader_paused
-  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter test_gpushare_other_gpu
+  test_counter_checkpoint_restore test_pinned_checkpoint_restore test_restore_on_other_gpu test_gpushare_counter
+  test_gpushare_unchanged_chunks test_gpushare_other_gpu
   test_gpushare_ipc test_gpushare_vmm_fd test_gpushare_release_failure test_gpushare_nccl test_gpushare_tp2 test_gpushare_tp4
   test_llm_server_cycles test_standby_server test_agent_pinned_wake test_agent_swap_servers"
 for t in ${GPU_TESTS:-$tests}; do

@@ -20,7 +20,10 @@
  *
  * usage: vmm_worker [--device N] [--mib A,B,...] [--zero-mib Z] [--alloc plain|vmm]
  *                   [--interval-ms I] [--steps N] [--full-every K] [--device-file PATH]
- *                   [--vmm-probe]
+ *                   [--step-on-signal] [--vmm-probe]
+ * --step-on-signal: after the first step, take each next one only on a
+ * SIGUSR1 (one step per signal): between two, its device memory stays as it
+ * is, as an idle server's does, and a test changes it by asking for a step.
  * --device-file: a file it maps shared, as a CUDA process maps /dev/nvidia*;
  * the GPU-less tests give a stand-in so gpusnap takes it for a GPU process.
  * --alloc vmm: map every buffer of 2 MiB or more itself (cuMemAddressReserve,
@@ -86,6 +89,20 @@ static struct {
 } cu;
 
 static volatile sig_atomic_t stop_requested;
+
+static volatile sig_atomic_t steps_asked; /* --step-on-signal: SIGUSR1s not yet answered by a step */
+
+static void on_sigusr1(int sig) {
+  (void)sig;
+  steps_asked++;
+}
+
+/* Waits for a SIGUSR1 (or SIGTERM) with SIGUSR1 unblocked only here, so no
+ * signal slips in between the check and the wait. */
+static void wait_for_step_signal(const sigset_t *unblocked) {
+  while (!stop_requested && steps_asked == 0) sigsuspend(unblocked);
+  if (steps_asked > 0) steps_asked--;
+}
 
 static void on_sigterm(int sig) {
   (void)sig;
@@ -247,7 +264,7 @@ static void release(struct buffer *b) {
 static void usage(void) {
   fprintf(stderr,
           "usage: vmm_worker [--device N] [--mib A,B,...] [--zero-mib Z] [--alloc plain|vmm] [--interval-ms I]\n"
-          "                  [--steps N] [--full-every K] [--device-file PATH] [--vmm-probe]\n");
+          "                  [--steps N] [--full-every K] [--device-file PATH] [--step-on-signal] [--vmm-probe]\n");
   exit(2);
 }
 
@@ -329,7 +346,7 @@ static int vmm_probe(int device) {
 }
 
 int main(int argc, char **argv) {
-  int device = 0, probe = 0, vmm = 0;
+  int device = 0, probe = 0, vmm = 0, step_on_signal = 0;
   long interval_ms = 50, steps = -1, full_every = 100;
   const char *mib_list = "70,130,3,1", *device_file = NULL;
   long zero_mib = 64;
@@ -337,6 +354,10 @@ int main(int argc, char **argv) {
     const char *arg = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(arg, "--vmm-probe") == 0) {
       probe = 1;
+      continue;
+    }
+    if (strcmp(arg, "--step-on-signal") == 0) {
+      step_on_signal = 1;
       continue;
     }
     if (val == NULL) usage();
@@ -356,6 +377,15 @@ int main(int argc, char **argv) {
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_sigterm;
   sigaction(SIGTERM, &sa, NULL);
+  sa.sa_handler = on_sigusr1;
+  sigaction(SIGUSR1, &sa, NULL);
+  /* SIGUSR1 stays blocked (in every thread, which inherit the mask) but while
+   * the main thread waits for it. */
+  sigset_t usr1, unblocked;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &usr1, &unblocked);
+  sigdelset(&unblocked, SIGUSR1);
   setvbuf(stdout, NULL, _IOLBF, 0);
 
   if (device_file != NULL && map_device_file(device_file) != 0) return 1;
@@ -426,7 +456,9 @@ int main(int argc, char **argv) {
     printf("step %ld counter %u sum %llu\n", step, counter, (unsigned long long)sum);
     fflush(stdout);
     last = now_ms();
-    if (steps < 0 || step < steps) sleep_ms(interval_ms);
+    if (steps >= 0 && step >= steps) continue;
+    if (step_on_signal) wait_for_step_signal(&unblocked);
+    else sleep_ms(interval_ms);
   }
   for (unsigned b = 0; b < buffer_count; b++) release(&buffers[b]);
   CU(cu.MemFree(table), "cuMemFree_v2");

@@ -47,6 +47,10 @@ RealDriver ResolveRealDriver(void* lib, void* (*lookup)(void*, const char*)) {
   Resolve(lib, lookup, "cuMemImportFromShareableHandle", d.mem_import, m);
   Resolve(lib, lookup, "cuMemRetainAllocationHandle", d.mem_retain, m);
   Resolve(lib, lookup, "cuMemGetAllocationPropertiesFromHandle", d.mem_properties, m);
+  Resolve(lib, lookup, "cuModuleLoadData", d.module_load_data, m);
+  Resolve(lib, lookup, "cuModuleGetFunction", d.module_get_function, m);
+  Resolve(lib, lookup, "cuModuleUnload", d.module_unload, m);
+  Resolve(lib, lookup, "cuLaunchKernel", d.launch_kernel, m);
   return d;
 }
 

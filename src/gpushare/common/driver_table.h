@@ -45,6 +45,11 @@ struct RealDriver {
   abi::PFN_cuMemImportFromShareableHandle mem_import = nullptr;
   abi::PFN_cuMemRetainAllocationHandle mem_retain = nullptr;
   abi::PFN_cuMemGetAllocationPropertiesFromHandle mem_properties = nullptr;
+  // The shim's own kernel (fingerprint_kernel.h).
+  abi::PFN_cuModuleLoadData module_load_data = nullptr;
+  abi::PFN_cuModuleGetFunction module_get_function = nullptr;
+  abi::PFN_cuModuleUnload module_unload = nullptr;
+  abi::PFN_cuLaunchKernel launch_kernel = nullptr;
   std::string missing;  // the first entry point not found, empty when all were
 
   // "cuMemCreate: CUDA_ERROR_OUT_OF_MEMORY (2)"

@@ -19,7 +19,9 @@
 //                                              and filled during the restore): the released
 //                                              allocation at VA takes it instead of new memory
 // Reply: {"ok":true, ...fields} or {"ok":false,"error":"..."}. Every reply
-// carries "state" (running|quiesced|released) and the allocation totals; the
+// carries "state" (running|quiesced|released), the allocation totals and
+// "shim_allocations" [{va, size}] (the shim's allocations mapped now, which
+// gpusnap may hold through a release); the
 // state reply also lists "exports" [{object, fd}] and "imports" [{import, fd}]:
 // the descriptors each process keeps of memory it shared, by which gpusnap
 // tells whose memory an import is (kcmp).

@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <set>
+#include <string_view>
 #include <sstream>
 #include <future>
 #include <thread>
@@ -58,6 +60,25 @@ Status FirstError(const std::vector<Status>& statuses) {
   return Status::Ok();
 }
 
+// Moving device memory takes as long as the bytes take: no tight deadline.
+constexpr int kMovingMemoryWaitMs = 3600 * 1000;
+
+// What the processes' releases did, summed into the timings beside their
+// seconds: the chunks copied off the GPU and those found unchanged since they
+// were stored (counts), and the slowest fingerprinting (seconds).
+void AddReleaseFigures(const std::vector<nlohmann::json>& figures, std::map<std::string, double>& timings) {
+  double copied = 0, unchanged = 0, fingerprint_s = 0;
+  for (const nlohmann::json& f : figures) {
+    if (!f.is_object()) continue;  // a process whose release failed
+    copied += f.value("chunks_copied", 0.0);
+    unchanged += f.value("chunks_unchanged", 0.0);
+    fingerprint_s = std::max(fingerprint_s, f.value("fingerprint_s", 0.0));
+  }
+  timings["gpushare-chunks-copied"] = copied;
+  timings["gpushare-chunks-unchanged"] = unchanged;
+  timings["gpushare-fingerprint"] = fingerprint_s;
+}
+
 Status Command(const ShimProcess& p, ShimCommand c, const std::string& store = "", const std::string& manifest = "",
                int timeout_ms = 10000) {
   ControlRequest req;
@@ -65,8 +86,7 @@ Status Command(const ShimProcess& p, ShimCommand c, const std::string& store = "
   req.chunk_store = store;
   req.manifest = manifest;
   req.timeout_ms = timeout_ms;
-  // Moving device memory takes as long as the bytes take: no tight deadline.
-  int wait_ms = c == ShimCommand::kRelease || c == ShimCommand::kLoad ? 3600 * 1000 : timeout_ms + 30000;
+  int wait_ms = c == ShimCommand::kRelease || c == ShimCommand::kLoad ? kMovingMemoryWaitMs : timeout_ms + 30000;
   return Send(p, req, wait_ms).status();
 }
 
@@ -132,9 +152,32 @@ Status RemapShares(const std::vector<ShimProcess>& procs, const ManifestOf& mani
   return Status::Ok();
 }
 
+// While quiesced: an fd of each shim allocation of each process.
+HeldMemory HoldMemory(const std::vector<ShimProcess>& procs) {
+  HeldMemory held;
+  for (const ShimProcess& p : procs) {
+    auto state = Send(p, {ShimCommand::kState, "", "", 10000}, 30000);
+    if (!state.ok() || !state->contains("shim_allocations")) continue;
+    for (const auto& a : (*state)["shim_allocations"]) {
+      PreloadedAllocation got;
+      got.va = a.value("va", uint64_t{0});
+      got.size = a.value("size", uint64_t{0});
+      ControlRequest exp{ShimCommand::kExport, "", "", 10000, got.va};
+      // One that cannot be exported (memory made without a POSIX-fd handle)
+      // is loaded back from its chunks, as without holding.
+      if (!Send(p, exp, 30000, -1, &got.fd).ok() || !got.fd.valid()) continue;
+      ++held.allocations;
+      held.bytes += got.size;
+      held.by_pid[p.ns_pid].push_back(std::move(got));
+    }
+  }
+  return held;
+}
+
 // Quiesce all, then release all; on any failure every process is brought back.
 Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
-                         const ManifestOf& manifest_of, int quiesce_timeout_ms, std::map<std::string, double>& timings) {
+                         const ManifestOf& manifest_of, int quiesce_timeout_ms, std::map<std::string, double>& timings,
+                         HeldMemory* hold = nullptr) {
   auto t0 = Clock::now();
   // Processes that work together (a collective) can only all stop between
   // two pieces of work: a process caught inside one waits for a peer already
@@ -160,11 +203,24 @@ Status QuiesceAndRelease(const std::vector<ShimProcess>& procs, const std::strin
   if (st.ok()) PauseIfRequested("gpushare-quiesced");
   if (st.ok()) st = RecordShares(procs, manifest_of);
   if (!st.ok()) return st.Then("resuming the processes", ResumeAll(procs));
+  if (hold != nullptr) {
+    auto t_hold = Clock::now();
+    *hold = HoldMemory(procs);
+    timings["gpushare-hold"] = SecondsSince(t_hold);
+  }
   auto t1 = Clock::now();
+  std::vector<nlohmann::json> figures(procs.size());
   std::vector<Status> released = OnEach(
-      procs, [&](const ShimProcess& p) { return Command(p, ShimCommand::kRelease, chunk_store, manifest_of(p)); },
+      procs,
+      [&](const ShimProcess& p) -> Status {
+        ControlRequest req{ShimCommand::kRelease, chunk_store, manifest_of(p), 10000};
+        GPUSNAP_ASSIGN_OR_RETURN(nlohmann::json reply, Send(p, req, kMovingMemoryWaitMs));
+        figures[static_cast<size_t>(&p - procs.data())] = reply.value("last", nlohmann::json::object());
+        return Status::Ok();
+      },
       &timings, "gpushare-release");
   timings["gpushare-release"] = SecondsSince(t1);
+  AddReleaseFigures(figures, timings);
   if (st = FirstError(released); !st.ok()) {
     // A failed release rolled itself back; the others come back from their chunks.
     Status loaded = FirstError(OnEach(procs, [&](const ShimProcess& p) {
@@ -357,17 +413,15 @@ std::string ManifestPath(const std::string& dir, const ShimProcess& p) {
   return fmt::format("{}/{}.chunks", dir, p.ns_pid);
 }
 
-Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
-                  const std::string& manifest_dir, int quiesce_timeout_ms, std::map<std::string, double>& timings) {
-  return QuiesceAndRelease(procs, chunk_store, [&](const ShimProcess& p) { return ManifestPath(manifest_dir, p); },
-                           quiesce_timeout_ms, timings);
-}
+namespace {
 
-Status AdoptPreloaded(const std::vector<ShimProcess>& procs, PreloadedMemory& preloaded,
-                      std::map<std::string, double>& timings) {
+// Each process adopts its allocations in `allocations_of(ns pid)`, all at once.
+Status AdoptEach(const std::vector<ShimProcess>& procs,
+                 const std::function<std::vector<PreloadedAllocation>&(int ns_pid)>& allocations_of,
+                 std::map<std::string, double>& timings) {
   auto t0 = Clock::now();
   std::vector<std::vector<PreloadedAllocation>*> lists;
-  for (const ShimProcess& p : procs) lists.push_back(&preloaded.Of(p.ns_pid));
+  for (const ShimProcess& p : procs) lists.push_back(&allocations_of(p.ns_pid));
   std::vector<Status> adopted = OnEach(procs, [&](const ShimProcess& p) -> Status {
     for (PreloadedAllocation& a : *lists[static_cast<size_t>(&p - procs.data())]) {
       ControlRequest req{ShimCommand::kAdopt, "", "", 10000, a.va};
@@ -378,6 +432,32 @@ Status AdoptPreloaded(const std::vector<ShimProcess>& procs, PreloadedMemory& pr
   timings["gpushare-adopt"] = SecondsSince(t0);
   return FirstError(adopted);
 }
+
+}  // namespace
+
+bool KeepMemoryFromEnv() {
+  const char* v = std::getenv("GPUSNAP_GPUSHARE_KEEP");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
+                  const std::string& manifest_dir, int quiesce_timeout_ms, std::map<std::string, double>& timings,
+                  HeldMemory* hold) {
+  return QuiesceAndRelease(procs, chunk_store, [&](const ShimProcess& p) { return ManifestPath(manifest_dir, p); },
+                           quiesce_timeout_ms, timings, hold);
+}
+
+Status AdoptHeld(const std::vector<ShimProcess>& procs, HeldMemory& held, std::map<std::string, double>& timings) {
+  return AdoptEach(procs, [&](int ns_pid) -> std::vector<PreloadedAllocation>& { return held.by_pid[ns_pid]; },
+                   timings);
+}
+
+Status AdoptPreloaded(const std::vector<ShimProcess>& procs, PreloadedMemory& preloaded,
+                      std::map<std::string, double>& timings) {
+  return AdoptEach(procs, [&](int ns_pid) -> std::vector<PreloadedAllocation>& { return preloaded.Of(ns_pid); },
+                   timings);
+}
+
 
 Status LoadAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store, const std::string& manifest_dir,
                AfterLoad after, std::map<std::string, double>& timings) {

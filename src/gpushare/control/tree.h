@@ -96,11 +96,33 @@ Result<std::vector<Share>> DecodeShares(std::string_view text, const std::string
 // Beside a process's manifest: its imports, present only when it has some.
 std::string SharesPath(const std::string& manifest_path);
 
+// The device memory of processes that gpusnap holds through a release: an
+// fd of each of their allocations, taken while they were quiesced, before
+// they freed it. Memory of a POSIX-fd handle lives while an fd, a handle or a
+// mapping of it does, so the processes' memory outlives its release, and they
+// take it back with `adopt` instead of loading it from the chunks. A
+// checkpoint with --leave-running does this when GPUSNAP_GPUSHARE_KEEP=1
+// (docs/GPUSHARE.md, "Keeping the memory of a source that runs on").
+struct HeldMemory {
+  std::map<int, std::vector<PreloadedAllocation>> by_pid;  // by ns pid
+  size_t allocations = 0;
+  uint64_t bytes = 0;
+};
+
+// Whether a checkpoint with --leave-running holds its processes' memory
+// (HeldMemory): GPUSNAP_GPUSHARE_KEEP is 1.
+bool KeepMemoryFromEnv();
+
 // Quiesce every process, then release every process's device memory into
-// `chunk_store` with its manifest in `manifest_dir`. Timings: gpushare-quiesce,
-// gpushare-release. On failure every process is back to running.
+// `chunk_store` with its manifest in `manifest_dir`. With `hold`, gpusnap
+// first takes an fd of every allocation of the shims' (`export`; one that
+// cannot be exported is left to the load). Timings: gpushare-quiesce,
+// gpushare-hold, gpushare-release, and the releases' figures
+// (gpushare-fingerprint, and the counts gpushare-chunks-copied and
+// gpushare-chunks-unchanged). On failure every process is back to running.
 Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store,
-                  const std::string& manifest_dir, int quiesce_timeout_ms, std::map<std::string, double>& timings);
+                  const std::string& manifest_dir, int quiesce_timeout_ms, std::map<std::string, double>& timings,
+                  HeldMemory* hold = nullptr);
 
 // Hands each process the allocations gpusnap made and filled for it
 // (preload.h), as `adopt` requests, all processes at once. A refusal is
@@ -108,6 +130,8 @@ Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chun
 // Timing: gpushare-adopt.
 Status AdoptPreloaded(const std::vector<ShimProcess>& procs, PreloadedMemory& preloaded,
                       std::map<std::string, double>& timings);
+// The same with the memory held through a release (HeldMemory).
+Status AdoptHeld(const std::vector<ShimProcess>& procs, HeldMemory& held, std::map<std::string, double>& timings);
 
 // What LoadAll does once every process has loaded: resume them all, or leave
 // their work held for a later ResumeAll (a restore lets nothing run before it

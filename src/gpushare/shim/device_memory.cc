@@ -10,6 +10,7 @@
 #include <memory>
 #include <functional>
 #include <map>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -254,6 +255,30 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
       jobs.push_back(job);
     }
   }
+  // Chunks unchanged since they were stored are written to the manifest as
+  // they were, and only the others are copied off the GPU.
+  nlohmann::json figures;
+  auto t_fingerprint = Clock::now();
+  // Ranges wholly scratch (a KV-cache pool) are not read at all.
+  std::vector<DeviceRange> to_fingerprint = ranges;
+  std::vector<bool> has_job(ranges.size(), false);
+  for (const ChunkJob& job : jobs) has_job[job.range] = true;
+  for (size_t r = 0; r < ranges.size(); ++r)
+    if (!has_job[r]) to_fingerprint[r].size = 0;
+  RangeFingerprints fingerprints = FingerprintNow(to_fingerprint, figures);
+  std::vector<std::optional<chunks::ChunkRef>> unchanged = PlanUnchangedChunks(
+      jobs, ranges, fingerprints, stored_chunks_, [&store](const chunks::ChunkRef& ref) { return store.Holds(ref); });
+  figures["fingerprint_s"] = SecondsSince(t_fingerprint);
+  std::vector<size_t> to_copy;  // indices into jobs
+  uint64_t chunks_unchanged = 0, unchanged_bytes = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (unchanged[j]) {
+      ++chunks_unchanged;
+      unchanged_bytes += jobs[j].length;
+    } else {
+      to_copy.push_back(j);
+    }
+  }
   chunks::ChunkManifest manifest;
   for (size_t i = 0; i < saved.size(); ++i) {
     const TrackedAllocation& a = saved[i];
@@ -277,17 +302,19 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
       ref.length = std::min(chunks::kChunkBytes, a.size - k * chunks::kChunkBytes);
     }
   }
+  for (size_t j = 0; j < jobs.size(); ++j)
+    if (unchanged[j]) manifest.allocations[jobs[j].range].chunks[jobs[j].index] = *unchanged[j];
   struct {
     Mutex mu;
     chunks::SaveStats sum GUARDED_BY(mu);
   } stats;
   // Saving changes nothing in the process: a failure here leaves it as it was.
   // (A process that only maps other processes' memory has nothing to save.)
-  Status st = jobs.empty() ? Status::Ok() : RunChunkJobs(Real(), jobs.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, chunks::kChunkBytes,
+  Status st = to_copy.empty() ? Status::Ok() : RunChunkJobs(Real(), to_copy.size(), ThreadsFromEnv("GPUSNAP_GPUSHARE_SAVE_THREADS", 4), 1, chunks::kChunkBytes,
                            saved.empty() ? 0 : saved.front().context,
                            [&](Staging& staging, size_t j) -> Status {
                              if (j == SIZE_MAX) return Status::Ok();
-                             const ChunkJob& job = jobs[j];
+                             const ChunkJob& job = jobs[to_copy[j]];
                              const TrackedAllocation& a = saved[job.range];
                              GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(a.context, 0));
                              SHIM_CU(Real().copy_dtoh_async(staging.buffer(0), a.va + job.offset, job.length, stream),
@@ -307,6 +334,11 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
   if (!st.ok()) return st.Wrap("release: saving device memory");
   GPUSNAP_RETURN_IF_ERROR(WriteFileAtomic(manifest_path, chunks::EncodeChunkManifest(manifest)).Wrap("release"));
   double save_s = SecondsSince(t0);
+  {
+    std::vector<chunks::ChunkRef> refs;
+    for (const ChunkJob& job : jobs) refs.push_back(manifest.allocations[job.range].chunks[job.index]);
+    stored_chunks_ = RecordStoredChunks(jobs, ranges, fingerprints, refs);
+  }
 
   // Now free the physical memory; the reservations keep the addresses.
   const RealDriver& d = Real();
@@ -341,8 +373,30 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
            {"bytes", released_bytes},                  {"chunks_written", stats.sum.chunks_written},
            {"chunks_present", stats.sum.chunks_present}, {"chunks_zero", stats.sum.chunks_zero},
            {"bytes_written", stats.sum.bytes_written}, {"chunks_scratch", chunks_scratch},
-           {"scratch_bytes", scratch_bytes}};
+           {"scratch_bytes", scratch_bytes},           {"chunks_copied", to_copy.size()},
+           {"chunks_unchanged", chunks_unchanged},     {"unchanged_bytes", unchanged_bytes}};
+  last_.update(figures);
   return Status::Ok();
+}
+
+RangeFingerprints DeviceMemory::FingerprintNow(const std::vector<DeviceRange>& ranges, nlohmann::json& figures) {
+  // GPUSNAP_GPUSHARE_FINGERPRINT=0: copy every chunk at every release, as
+  // before fingerprints (for measuring, and a way out should a driver refuse
+  // the kernel in a way that is not an error).
+  const char* env = std::getenv("GPUSNAP_GPUSHARE_FINGERPRINT");
+  if (env != nullptr && std::string_view(env) == "0") {
+    figures["fingerprint"] = "off (GPUSNAP_GPUSHARE_FINGERPRINT=0)";
+    return {};
+  }
+  if (!fingerprint_kernel_) fingerprint_kernel_.emplace(Real());
+  auto got = fingerprint_kernel_->Ranges(ranges);
+  if (!got.ok()) {
+    // Not a failure of the release: it copies what it cannot tell unchanged.
+    figures["fingerprint"] = "failed: " + got.status().message();
+    return {};
+  }
+  figures["fingerprint"] = "on";
+  return std::move(got).value();
 }
 
 Status DeviceMemory::MapAll(std::vector<TrackedAllocation>& allocs) {
@@ -442,6 +496,7 @@ Status DeviceMemory::Load(const std::string& chunk_store, const std::string& man
   auto t0 = Clock::now();
   GPUSNAP_ASSIGN_OR_RETURN(std::string bytes, ReadFile(manifest_path));
   GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, chunks::DecodeChunkManifest(bytes, manifest_path));
+  stored_chunks_ = ForgetOthers(stored_chunks_, manifest);
   std::vector<TrackedAllocation> allocs;
   {
     MutexLock lock(mu_);
@@ -519,9 +574,14 @@ Status DeviceMemory::Resume() {
 
 nlohmann::json DeviceMemory::Describe() {
   RegistryTotals t;
+  // The shim's allocations whose memory is mapped: what gpusnap may hold
+  // through a release (`export` each).
+  nlohmann::json mapped = nlohmann::json::array();
   {
     MutexLock lock(mu_);
     t = registry_.Totals();
+    for (const TrackedAllocation& a : registry_.All())
+      if (!a.released) mapped.push_back({{"va", a.va}, {"size", a.size}});
   }
   nlohmann::json j{{"state", StateName(state_)},
                    {"allocations", t.allocations},
@@ -529,6 +589,7 @@ nlohmann::json DeviceMemory::Describe() {
                    {"released_bytes", t.released_bytes},
                    {"scratch_bytes", t.scratch_bytes},
                    {"held_calls", gate_.held()},
+                   {"shim_allocations", mapped},
                    {"last", last_}};
   // The application's own VMM objects count as allocations too.
   nlohmann::json sharing = DescribeSharing();

@@ -23,7 +23,9 @@
 #include <nlohmann/json.hpp>
 
 #include "chunks/chunk_manifest.h"
+#include "gpushare/common/fingerprint_kernel.h"
 #include "gpushare/shim/allocation_registry.h"
+#include "gpushare/shim/stored_chunks.h"
 #include "gpushare/shim/vmm_table.h"
 #include "gpushare/shim/real_driver.h"
 #include "gpushare/shim/work_gate.h"
@@ -135,6 +137,13 @@ class DeviceMemory {
   // of that fd, not an export of the imported handle the process now holds.
   std::map<uint64_t, int> adopted_fds_ GUARDED_BY(mu_);  // allocation address -> fd
   void ForgetAdoptedFd(uint64_t va);
+  // Unchanged chunks (stored_chunks.h): the kernel, loaded at the first
+  // release, and what each chunk was when last stored. Control thread only.
+  std::optional<FingerprintKernel> fingerprint_kernel_;
+  StoredChunks stored_chunks_;
+  // The fingerprints of `ranges` now, or none (and why, in `last`) when they
+  // cannot be had: every chunk is then copied.
+  RangeFingerprints FingerprintNow(const std::vector<DeviceRange>& ranges, nlohmann::json& figures);
   std::atomic<uint64_t> loads_{0};  // read by any thread, written by the control thread
   uint64_t adopted_ = 0;         // allocations adopted since the last release, and their bytes
   uint64_t adopted_bytes_ = 0;

@@ -71,6 +71,10 @@ SAME_SIGNATURE(cuCheckpointProcessLock);
 SAME_SIGNATURE(cuCheckpointProcessCheckpoint);
 SAME_SIGNATURE(cuCheckpointProcessRestore);
 SAME_SIGNATURE(cuCheckpointProcessUnlock);
+SAME_SIGNATURE(cuModuleLoadData);
+SAME_SIGNATURE(cuModuleGetFunction);
+SAME_SIGNATURE(cuModuleUnload);
+SAME_SIGNATURE(cuLaunchKernel);
 // cuda.h maps these names to the _v2 entry points, which gpusnap resolves by name.
 static_assert(kSameArity<abi::PFN_cuDeviceGetUuid, decltype(&::cuDeviceGetUuid_v2)>);
 static_assert(kSameArity<abi::PFN_cuDeviceTotalMem, decltype(&::cuDeviceTotalMem_v2)>);

@@ -8,7 +8,10 @@
 // cuGetProcAddress, and launches. "Device memory" is host memory of the
 // calling process (a CUdeviceptr is a host address, VMM memory a memfd mapped
 // shared), and a CUfunction is a host function void(void** kernel_params)
-// that cuLaunchKernel calls at once. Copies check their ranges against the
+// that cuLaunchKernel calls at once. One module is known: the gpushare shim's
+// fingerprint kernel (PTX naming gpusnap_chunk_fingerprint), whose function
+// computes the fingerprint's reference (src/gpushare/common/chunk_fingerprint.h)
+// over the fake's device memory. Copies check their ranges against the
 // fake's tables and answer CUDA_ERROR_INVALID_VALUE instead of faulting.
 //
 // Loaded by gpusnap through its ordinary dlopen("libcuda.so.1"): put this
@@ -53,6 +56,7 @@
 #include <vector>
 
 #include "cuda/driver_abi.h"
+#include "gpushare/common/chunk_fingerprint.h"
 
 using namespace gpusnap::cuda::abi;
 
@@ -458,6 +462,7 @@ constexpr CUresult kInvalidContext = 201;         // CUDA_ERROR_INVALID_CONTEXT
 constexpr CUresult kInvalidHandle = 400;          // CUDA_ERROR_INVALID_HANDLE
 constexpr CUresult kAlreadyRegistered = 712;      // CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
 constexpr CUresult kNotRegistered = 713;          // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+constexpr CUresult kInvalidImage = 200;           // CUDA_ERROR_INVALID_IMAGE
 constexpr int kMaxDevices = 64;
 
 // Memory the fake hands out or knows about, by base address; never overlapping.
@@ -703,6 +708,32 @@ CUresult Set(const char* fn, CUdeviceptr dst, unsigned int value, size_t element
 // A "kernel" of the fake: a host function given the kernel parameters.
 using HostKernel = void (*)(void** kernel_params);
 
+// The fingerprint kernel's function: its parameters (data, words,
+// chunk_words, out) as the PTX takes them; each chunk's pair added to `out`,
+// as the kernel's threads add theirs. A range outside the fake's device
+// memory fails as a kernel's wild read does on a GPU.
+constexpr CUresult kIllegalAddress = 700;  // CUDA_ERROR_ILLEGAL_ADDRESS
+void FingerprintKernelStandIn(void**) {}    // its address names it; Launch runs FingerprintChunks
+CUfunction FingerprintFunction() { return reinterpret_cast<CUfunction>(reinterpret_cast<void*>(&FingerprintKernelStandIn)); }
+
+CUresult FingerprintChunks(void** params) {
+  uint64_t data = *static_cast<uint64_t*>(params[0]), words = *static_cast<uint64_t*>(params[1]);
+  uint64_t chunk_words = *static_cast<uint64_t*>(params[2]), out = *static_cast<uint64_t*>(params[3]);
+  if (chunk_words == 0 || words > SIZE_MAX / 8) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t chunks = (words + chunk_words - 1) / chunk_words;
+  std::shared_lock lock(g_mem_mu);
+  if (!DeviceOk(data, words * 8, PROT_READ) || !DeviceOk(out, chunks * 16, PROT_READ | PROT_WRITE))
+    return kIllegalAddress;
+  auto* sums = reinterpret_cast<gpusnap::gpushare::ChunkFingerprint*>(Ptr(out));
+  for (uint64_t c = 0; c < chunks; ++c) {
+    uint64_t first = c * chunk_words, n = words - first < chunk_words ? words - first : chunk_words;
+    gpusnap::gpushare::ChunkFingerprint f = gpusnap::gpushare::FingerprintBytes(Ptr(data + first * 8), n * 8);
+    sums[c].a += f.a;
+    sums[c].b += f.b;
+  }
+  return CUDA_SUCCESS;
+}
+
 CUresult Launch(const char* fn, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                 unsigned bz, CUstream stream, void** params) {
   std::string args = "f=" + Hex(reinterpret_cast<uintptr_t>(f)) + " grid=" + std::to_string(gx) + "x" +
@@ -712,6 +743,7 @@ CUresult Launch(const char* fn, CUfunction f, unsigned gx, unsigned gy, unsigned
     if (f == nullptr) return kInvalidHandle;
     if (!ValidStream(stream)) return kInvalidHandle;
     if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (f == FingerprintFunction()) return FingerprintChunks(params);
     // No lock held: a kernel may call the driver itself.
     reinterpret_cast<HostKernel>(reinterpret_cast<void*>(f))(params);
     return CUDA_SUCCESS;
@@ -1319,6 +1351,38 @@ FAKE_EXPORT CUresult cuEventElapsedTime(float* ms, CUevent_st* start_event, CUev
 
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent_st* event) { return DropToken("cuEventDestroy_v2", event, g_events); }
 
+// --- modules: the fingerprint kernel's only
+
+namespace {
+char g_fingerprint_module;  // the one module's token
+}
+
+FAKE_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  return Call("cuModuleLoadData", "", [&](std::string&) {
+    if (module == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::string entry = std::string(".entry ") + gpusnap::gpushare::kFingerprintKernelName + "(";
+    if (std::strstr(static_cast<const char*>(image), entry.c_str()) == nullptr) return kInvalidImage;
+    *module = reinterpret_cast<CUmodule>(&g_fingerprint_module);
+    return CUDA_SUCCESS;
+  });
+}
+
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
+  return Call("cuModuleGetFunction", std::string("name=") + (name ? name : "(null)"), [&](std::string&) {
+    if (function == nullptr || name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (module != reinterpret_cast<CUmodule>(&g_fingerprint_module)) return kInvalidHandle;
+    if (std::strcmp(name, gpusnap::gpushare::kFingerprintKernelName) != 0) return CUDA_ERROR_NOT_FOUND;
+    *function = FingerprintFunction();
+    return CUDA_SUCCESS;
+  });
+}
+
+FAKE_EXPORT CUresult cuModuleUnload(CUmodule module) {
+  return Call("cuModuleUnload", "", [&](std::string&) {
+    return module == reinterpret_cast<CUmodule>(&g_fingerprint_module) ? CUDA_SUCCESS : kInvalidHandle;
+  });
+}
+
 // --- launches: `f` is a host function void(void** kernel_params), run at once
 
 FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
@@ -1439,6 +1503,7 @@ const std::map<std::string, void*>& EntryPoints() {
       FAKE_ENTRY(cuMemHostAlloc), FAKE_ENTRY(cuMemAllocHost_v2), FAKE_ENTRY(cuMemFreeHost),
       FAKE_ENTRY(cuMemHostRegister_v2), FAKE_ENTRY(cuMemHostUnregister), FAKE_ENTRY(cuMemHostGetDevicePointer_v2),
       FAKE_ENTRY(cuIpcGetMemHandle), FAKE_ENTRY(cuIpcOpenMemHandle_v2), FAKE_ENTRY(cuIpcCloseMemHandle),
+      FAKE_ENTRY(cuModuleLoadData), FAKE_ENTRY(cuModuleGetFunction), FAKE_ENTRY(cuModuleUnload),
   };
   return table;
 }

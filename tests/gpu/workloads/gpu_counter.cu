@@ -10,7 +10,13 @@
 //   step <s> checksum <hex> mismatches <m>
 // and exits 1 with a line starting "MISMATCH" at the first wrong word or sum.
 //
-// Usage: gpu_counter [--gib N (4)] [--interval-ms MS (200)] [--steps N (0: forever)] [--device D (0)]
+// With --static-gib S it also holds S GiB written once (word i: Seed(~i)) and
+// only read after: each step checks all of it, and counts its wrong words
+// among the step's mismatches. Memory that never changes, as a server's
+// weights: a release finds its chunks unchanged since they were stored.
+//
+// Usage: gpu_counter [--gib N (4)] [--static-gib S (0)] [--interval-ms MS (200)] [--steps N (0: forever)]
+//                    [--device D (0)]
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -65,17 +71,31 @@ __global__ void Step(uint64_t* a, size_t n, uint64_t s, Sums* out) {
   Accumulate(out, sum, bad);
 }
 
+__global__ void InitStatic(uint64_t* a, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    a[i] = Seed(~i);
+}
+
+__global__ void CheckStatic(const uint64_t* a, size_t n, Sums* out) {
+  uint64_t bad = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    if (a[i] != Seed(~i)) ++bad;
+  Accumulate(out, 0, bad);
+}
+
 int main(int argc, char** argv) {
-  double gib = 4;
+  double gib = 4, static_gib = 0;
   int interval_ms = 200, device = 0;
   long steps = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--gib")) gib = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--static-gib")) static_gib = std::atof(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--interval-ms")) interval_ms = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atol(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--device")) device = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: %s [--gib N] [--interval-ms MS] [--steps N] [--device D]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--gib N] [--static-gib S] [--interval-ms MS] [--steps N] [--device D]\n",
+                   argv[0]);
       return 64;
     }
   }
@@ -88,6 +108,13 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&sums, 3 * sizeof(Sums)));
   CHECK(cudaMemset(sums, 0, 3 * sizeof(Sums)));
   const int blocks = 1024, threads = 256;
+  size_t n_static = static_cast<size_t>(static_gib * (1ull << 30)) / sizeof(uint64_t);
+  uint64_t* fixed = nullptr;
+  if (n_static > 0) {
+    CHECK(cudaMalloc(&fixed, n_static * sizeof(uint64_t)));
+    InitStatic<<<blocks, threads>>>(fixed, n_static);
+    CHECK(cudaGetLastError());
+  }
   Init<<<blocks, threads>>>(a, n, sums);
   CHECK(cudaGetLastError());
   Sums init[2];
@@ -95,11 +122,16 @@ int main(int argc, char** argv) {
   const uint64_t s0 = init[0].sum, k = init[1].sum;
   char bus[32] = "?";
   cudaDeviceGetPCIBusId(bus, sizeof bus, device);
-  std::printf("gpu_counter pid %d device %d bus %s bytes %zu\n", getpid(), device, bus, n * sizeof(uint64_t));
+  std::printf("gpu_counter pid %d device %d bus %s bytes %zu static %zu\n", getpid(), device, bus,
+              n * sizeof(uint64_t), n_static * sizeof(uint64_t));
   for (uint64_t s = 0; steps == 0 || static_cast<long>(s) < steps; ++s) {
     CHECK(cudaMemset(&sums[2], 0, sizeof(Sums)));
     Step<<<blocks, threads>>>(a, n, s, &sums[2]);
     CHECK(cudaGetLastError());
+    if (n_static > 0) {
+      CheckStatic<<<blocks, threads>>>(fixed, n_static, &sums[2]);
+      CHECK(cudaGetLastError());
+    }
     Sums got;
     CHECK(cudaMemcpy(&got, &sums[2], sizeof got, cudaMemcpyDeviceToHost));
     uint64_t want = s0 + (s + 1) * k;
