@@ -4,6 +4,7 @@
 under the same tenant secret moves nothing, and a missing or wrong key or an
 altered blob is refused with one line and the store as it was. The workload
 (python holding a known secret) and CRIU are real."""
+import base64
 import hashlib
 import json
 import os
@@ -40,9 +41,13 @@ class TenantKeys:
         self.other_pub, self.other_priv = self.key_pair("other")
         self.secret_file = self.owner_only("secret", os.urandom(32))
 
-    def key_pair(self, name):
+    def key_pair(self, name, curve=None):
+        """An RSA pair, or an EC pair on `curve` (P-256, P-384, P-521)."""
         priv, pub = (os.path.join(self.keys, f"{name}{s}") for s in ("-priv.pem", "-pub.pem"))
-        openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", priv)
+        if curve:
+            openssl("genpkey", "-algorithm", "EC", "-pkeyopt", f"ec_paramgen_curve:{curve}", "-out", priv)
+        else:
+            openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", priv)
         os.chmod(priv, 0o600)
         openssl("pkey", "-in", priv, "-pubout", "-out", pub)
         return pub, priv
@@ -58,7 +63,9 @@ class TenantKeys:
         return ["--encryption-key", f"jwe:{self.pub}", "--encryption-secret-file", self.secret_file]
 
 
-class EncryptedPushPull(TenantKeys, RegistryMixin, GpusnapCase):
+class HolderCase(TenantKeys, RegistryMixin, GpusnapCase):
+    """The holder of a known secret, checkpointed, and a registry to push it to."""
+
     def setUp(self):
         super().setUp()
         require_registry(self)
@@ -101,6 +108,7 @@ class EncryptedPushPull(TenantKeys, RegistryMixin, GpusnapCase):
     def manifest(self, ref):
         return json.loads(self.skopeo("inspect", "--raw", "--tls-verify=false", f"docker://{ref}").stdout)
 
+class EncryptedPushPull(HolderCase):
     def test_plaintext_is_never_at_rest_in_the_registry(self):
         self.encrypted()
         self.assertEqual(self.stored_files_holding(self.secret), [])
@@ -248,6 +256,116 @@ class EncryptedPushPull(TenantKeys, RegistryMixin, GpusnapCase):
         p = self.skopeo("copy", "--src-tls-verify=false", "--decryption-key", self.other_priv,
                         f"docker://{self.ref}", f"oci:{layout}-2:v1", check=False)
         self.assertNotEqual(p.returncode, 0)
+
+
+class EcRecipients(HolderCase):
+    """EC recipients (ECDH-ES+A256KW), both ways with skopeo (ocicrypt)."""
+
+    def test_skopeo_decrypts_what_gpusnap_encrypted_for_ec_keys(self):
+        pub256, priv256 = self.key_pair("ec256", curve="P-256")
+        pub521, priv521 = self.key_pair("ec521", curve="P-521")
+        self.push("--encryption-key", f"jwe:{pub256}", "--encryption-key", f"jwe:{pub521}",
+                  "--encryption-secret-file", self.secret_file)
+        algs = {r["header"]["alg"] for l in self.manifest(self.ref)["layers"]
+                for r in json.loads(base64.b64decode(l["annotations"]["org.opencontainers.image.enc.keys.jwe"]))[
+                    "recipients"]}
+        self.assertEqual(algs, {"ECDH-ES+A256KW"})
+        clear_ref = f"{self.reg.host}/team/clear:v1"
+        self.push(ref=clear_ref)
+        for priv in (priv256, priv521):
+            layout = os.path.join(self.tmp, "layout-" + os.path.basename(priv))
+            self.skopeo("copy", "--src-tls-verify=false", "--decryption-key", priv, f"docker://{self.ref}",
+                        f"oci:{layout}:v1")
+            self.assertEqual(self.layout_layers(layout), self.layers_by_title(self.manifest(clear_ref)))
+        p = self.skopeo("copy", "--src-tls-verify=false", "--decryption-key", self.priv, f"docker://{self.ref}",
+                        f"oci:{self.tmp}/layout-rsa:v1", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        # gpusnap restores it with either EC key, not with another key of the curve.
+        node_b = self.other_store("store-b")
+        _, stranger = self.key_pair("stranger", curve="P-256")
+        p = self.gs("pull", self.ref, "--plain-http", "--decryption-key", stranger, env=node_b, check=False)
+        self.assertIn("is encrypted for other recipients", self.one_line_error(p))
+        self.assertEqual(self.store_is_empty(node_b), [])
+        out = self.gs_json("restore", self.ref, "--plain-http", "--decryption-key", priv521, "--name", "copy",
+                           env=node_b)
+        self.assertTrue(self.alive(out["pid"]))
+
+    def test_gpusnap_decrypts_what_skopeo_encrypted_for_an_ec_key(self):
+        # skopeo encrypts only container images' layer types (docs/DISTRIBUTION.md):
+        # the files of a push in the clear are copied to an OCI layout and
+        # typed as tar layers there, skopeo encrypts that copy for an EC key
+        # (its own keys, its own JWE), and the manifest it pushed is typed
+        # back as gpusnap's. Every encrypted byte and wrapped key is skopeo's.
+        pub, priv = self.key_pair("ec384", curve="P-384")
+        clear_ref = f"{self.reg.host}/team/clear:v1"
+        self.push(ref=clear_ref)
+        layout = os.path.join(self.tmp, "clear-layout")
+        self.skopeo("copy", "--src-tls-verify=false", f"docker://{clear_ref}", f"oci:{layout}:v1")
+        file_type, tar_type = "application/vnd.gpusnap.snapshot.file.v1", "application/vnd.oci.image.layer.v1.tar"
+        self.retype_layout(layout, file_type, tar_type)
+        skopeo_ref = f"{self.reg.host}/team/by-skopeo"
+        self.skopeo("copy", "--dest-tls-verify=false", "--encryption-key", f"jwe:{pub}", f"oci:{layout}:v1",
+                    f"docker://{skopeo_ref}:tar")
+        m = self.manifest(f"{skopeo_ref}:tar")
+        self.assertTrue(all(l["mediaType"] == tar_type + "+encrypted" for l in m["layers"]), m)
+        jwe = json.loads(base64.b64decode(m["layers"][0]["annotations"]["org.opencontainers.image.enc.keys.jwe"]))
+        # skopeo 1.9 writes one recipient in the flattened serialization, its
+        # algorithm and ephemeral key in the protected header.
+        self.assertNotIn("recipients", jwe)
+        header = json.loads(base64.urlsafe_b64decode(jwe["protected"] + "=" * (-len(jwe["protected"]) % 4)))
+        self.assertEqual((header["alg"], header["epk"]["crv"]), ("ECDH-ES+A256KW", "P-384"))
+        for l in m["layers"]:
+            l["mediaType"] = file_type + "+encrypted"
+        self.put_manifest("team/by-skopeo", "gpusnap", m)
+
+        node_b = self.other_store("store-b")
+        ref = f"{skopeo_ref}:gpusnap"
+        p = self.gs("pull", ref, "--plain-http", env=node_b, check=False)
+        self.assertIn(f"`{ref}` is encrypted", self.one_line_error(p))
+        # Nothing published; its config being plaintext, the pull got as far
+        # as its first encrypted file, and the next pull goes on from there.
+        self.store_is_empty(node_b)
+        pulled = self.gs_json("pull", ref, "--plain-http", "--decryption-key", priv, env=node_b)
+        self.assertEqual(pulled["id"], self.snap)
+        self.gs("inspect", "--verify", self.snap, env=node_b)
+        out = self.gs_json("restore", self.snap, "--name", "from-skopeo", env=node_b)
+        self.assertTrue(self.alive(out["pid"]))
+
+    # --- helpers -------------------------------------------------------------
+    def layers_by_title(self, manifest):
+        return {l["annotations"]["org.opencontainers.image.title"]: (l["mediaType"], l["digest"])
+                for l in manifest["layers"]}
+
+    def layout_manifest_path(self, layout):
+        with open(os.path.join(layout, "index.json")) as f:
+            top = json.load(f)["manifests"][0]["digest"]
+        return os.path.join(layout, "blobs/sha256", top.split(":")[1])
+
+    def layout_layers(self, layout):
+        with open(self.layout_manifest_path(layout)) as f:
+            return self.layers_by_title(json.load(f))
+
+    def retype_layout(self, layout, old, new):
+        """The layout's manifest with its layers of type `old` typed `new`, and its index naming it."""
+        with open(self.layout_manifest_path(layout)) as f:
+            m = json.load(f)
+        for l in m["layers"]:
+            if l["mediaType"] == old:
+                l["mediaType"] = new
+        body = json.dumps(m).encode()
+        digest = hashlib.sha256(body).hexdigest()
+        with open(os.path.join(layout, "blobs/sha256", digest), "wb") as f:
+            f.write(body)
+        with open(os.path.join(layout, "index.json")) as f:
+            index = json.load(f)
+        index["manifests"][0].update({"digest": "sha256:" + digest, "size": len(body)})
+        with open(os.path.join(layout, "index.json"), "w") as f:
+            json.dump(index, f)
+
+    def put_manifest(self, repo, tag, manifest):
+        urllib.request.urlopen(urllib.request.Request(
+            f"{self.reg.url}/v2/{repo}/manifests/{tag}", data=json.dumps(manifest).encode(), method="PUT",
+            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"}))
 
 
 class EncryptedChunks(TenantKeys, RegistryMixin, WorkerSteps, FakeGpuCase):
