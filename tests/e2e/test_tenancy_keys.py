@@ -13,6 +13,8 @@ registry (HTTPS, a user per namespace):
   agent's own --decryption-key (which does) serves the API's callers only;
   once the administrator names a key file for it in the tenancy
   configuration, it restores;
+- the namespace's secret makes the blobs: the same snapshot pushed again
+  under its keys moves none;
 - requireEncryption refuses a namespace's push-to in the clear before
   anything is dumped;
 - no key, secret or PEM line is in the agent's log, its job records, or the
@@ -139,15 +141,32 @@ class EncryptedPerNamespace(NamespaceKeysCase):
         init_a = self.placeholder("team-a", "own", ref)
         self.assert_restored(agent, "team-a", "own", init_a)
 
-        # The administrator lends team-b a key file (the tenancy configuration,
-        # read again at each use): then it restores too.
+        self.assert_no_key_material(self.what_the_agent_wrote(agent), [a_priv, b_priv], [a_secret])
+
+    def test_a_key_file_the_administrator_names_for_a_namespace_opens_for_it(self):
+        a_pub, a_priv = self.key_pair("team-a", curve="P-256")
+        a_secret = self.owner_only("team-a.secret", os.urandom(32))
+        self.namespace_secret("team-a", **{"encryption-recipients.pem": a_pub, "encryption-secret": a_secret})
+        self.set_tenancy({"team-a": {"repositories": [self.shared]},
+                          "team-b": {"repositories": [self.shared], "restoreFrom": ["team-a"]}})
+        agent = self.start_kube_agent()
+        ref = self.repository("shared/counter:v1")
+        self.source_pod("team-a", "counter-0", {"gpusnap.io/push-to": ref})
+        snapshot = self.capture(agent, "team-a", "counter-0")["snapshot"]
+        self.assertEqual(agent.request("DELETE", f"/v1/snapshots/{snapshot}")[0], 200)
+        # team-b opted in without keys: the refusal says whose keys it lacks.
+        init = self.placeholder("team-b", "lent", ref)
+        self.assert_refused_and_idle(agent, "team-b", "lent", init, f"`{ref}` is encrypted: give namespace `team-b` "
+                                     "a decryption key (`decryption-key.pem` in its Secret `gpusnap`, or "
+                                     "decryptionKeys in the administrator's tenancy configuration)")
+        # The administrator lends it team-a's key (the configuration is read
+        # again at each use): then it restores.
         self.set_tenancy({"team-a": {"repositories": [self.shared]},
                           "team-b": {"repositories": [self.shared], "restoreFrom": ["team-a"],
                                      "decryptionKeys": [a_priv]}})
-        self.retry("team-b", "other")
-        self.assert_restored(agent, "team-b", "other", init)
-
-        self.assert_no_key_material(self.what_the_agent_wrote(agent), [a_priv, b_priv], [a_secret])
+        self.retry("team-b", "lent")
+        self.assert_restored(agent, "team-b", "lent", init)
+        self.assert_no_key_material(self.what_the_agent_wrote(agent), [a_priv], [a_secret])
 
     def test_a_second_capture_pushes_again_under_the_namespaces_secret_and_shares_blobs(self):
         a_pub, a_priv = self.key_pair("team-a")
@@ -161,13 +180,13 @@ class EncryptedPerNamespace(NamespaceKeysCase):
         # The same snapshot pushed again under the namespace's keys (by the
         # CLI, as its owner might): every blob is one the agent pushed, so
         # none moves; the agent derived them from the namespace's secret.
-        second_ref = self.repository("shared/again:v1")
+        second_ref = self.repository("shared/counter:again")
         out = self.gs_json("push", first["snapshot"], second_ref, "--ca-file", self.registry.ca_file,
                            "--registry-config", os.path.join(self.keys, "team-a-docker", "config.json"),
                            "--encryption-key", f"jwe:{a_pub}", "--encryption-secret-file", a_secret)
         self.assertEqual(out["blobs_moved"], 0, out)
         layers = lambda repo, tag: {l["digest"] for l in self.manifest(repo, tag)["layers"]}
-        self.assertEqual(layers("shared/counter", "v1"), layers("shared/again", "v1"))
+        self.assertEqual(layers("shared/counter", "v1"), layers("shared/counter", "again"))
         self.assert_no_key_material(self.what_the_agent_wrote(agent), [a_priv], [a_secret])
 
 
