@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -207,12 +208,17 @@ void BlobDecryption::Reset() {
 
 namespace {
 
-// Both checks of a decrypted blob: the HMAC of its ciphertext, the digest of its plaintext.
-Status CheckDecrypted(const OpenedBlob& opened, std::string_view mac, std::string_view plain_digest,
-                      std::string_view ref, std::string_view what) {
+// The HMAC of a blob's ciphertext against its key's.
+Status CheckMac(const OpenedBlob& opened, std::string_view mac, std::string_view ref, std::string_view what) {
   if (mac != opened.hmac)
     return Status::Error(Code::kCorruption, "`{}`: {} does not match its HMAC (altered, or not what was encrypted); "
                          "not stored", ref, what);
+  return Status::Ok();
+}
+
+// The digest of a blob's plaintext against its key's options.
+Status CheckPlainDigest(const OpenedBlob& opened, std::string_view plain_digest, std::string_view ref,
+                        std::string_view what) {
   if (plain_digest != opened.secrets.plain_digest)
     return Status::Error(Code::kCorruption, "`{}`: {} decrypts to bytes of {}, not {}; not stored", ref, what,
                          plain_digest, opened.secrets.plain_digest);
@@ -222,15 +228,28 @@ Status CheckDecrypted(const OpenedBlob& opened, std::string_view mac, std::strin
 }  // namespace
 
 Status BlobDecryption::Verify(std::string_view ref, std::string_view what) {
-  return CheckDecrypted(opened_, mac_.Final(), "sha256:" + plain_.HexFinal(), ref, what);
+  GPUSNAP_RETURN_IF_ERROR(CheckMac(opened_, mac_.Final(), ref, what));
+  return CheckPlainDigest(opened_, "sha256:" + plain_.HexFinal(), ref, what);
+}
+
+Result<std::string> DecryptChunk(const OpenedBlob& opened, std::string bytes, std::string_view ref,
+                                 std::string_view what) {
+  // A block at a time, the MAC and the keystream together, while it is in cache.
+  constexpr size_t kBlock = 1 << 20;
+  LayerMac mac(opened.secrets.key);
+  for (size_t at = 0; at < bytes.size(); at += kBlock) {
+    size_t n = std::min(kBlock, bytes.size() - at);
+    mac.Update(bytes.data() + at, n);
+    ApplyKeystream(opened.secrets.key, at, bytes.data() + at, n);
+  }
+  GPUSNAP_RETURN_IF_ERROR(CheckMac(opened, mac.Final(), ref, what));
+  return bytes;
 }
 
 Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std::string_view ref,
                                 std::string_view what) {
-  LayerMac mac(opened.secrets.key);
-  mac.Update(bytes.data(), bytes.size());
-  ApplyKeystream(opened.secrets.key, 0, bytes.data(), bytes.size());
-  GPUSNAP_RETURN_IF_ERROR(CheckDecrypted(opened, mac.Final(), "sha256:" + Sha256Hex(bytes), ref, what));
+  GPUSNAP_ASSIGN_OR_RETURN(bytes, DecryptChunk(opened, std::move(bytes), ref, what));
+  GPUSNAP_RETURN_IF_ERROR(CheckPlainDigest(opened, "sha256:" + Sha256Hex(bytes), ref, what));
   return bytes;
 }
 

@@ -114,9 +114,17 @@ class BlobDecryption {
   Sha256 plain_;
 };
 
-// A whole blob's ciphertext decrypted in place and checked (a config, a chunk).
+// A whole blob's ciphertext decrypted in place, its HMAC and its
+// plaintext's digest checked (a config).
 Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std::string_view ref,
                                 std::string_view what);
+// A whole chunk's ciphertext decrypted in place, its HMAC checked. Its
+// plaintext is for the caller to check by the chunk's XXH3 name, as a chunk
+// pushed in the clear is checked (its blob's SHA-256, then its name): the
+// plaintext's SHA-256 in its key's options would cost a third hash of every
+// byte and tie it to nothing the blob's digest, its HMAC and its name do not.
+Result<std::string> DecryptChunk(const OpenedBlob& opened, std::string bytes, std::string_view ref,
+                                 std::string_view what);
 
 }  // namespace gpusnap::registry
 

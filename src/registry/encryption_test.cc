@@ -271,6 +271,26 @@ TEST(Encryption, ABlobSealedOpensOnlyWithAKeyAndAnyChangeIsCaught) {
   EXPECT_EQ(bad.status().code(), Code::kCorruption);
   EXPECT_NE(bad.status().message().find("HMAC"), std::string::npos);
 
+  // A chunk: the same, but its plaintext is left to its name's check; a
+  // flipped byte of its ciphertext is its HMAC's.
+  EXPECT_EQ(*DecryptChunk(*opened, cipher, "reg/x:1", "chunk c"), plain);
+  auto flipped_chunk = DecryptChunk(*opened, flipped, "reg/x:1", "chunk c");
+  ASSERT_FALSE(flipped_chunk.ok());
+  EXPECT_NE(flipped_chunk.status().message().find("chunk c does not match its HMAC"), std::string::npos);
+  OpenedBlob other_digest = *opened;
+  other_digest.secrets.plain_digest = "sha256:" + std::string(64, '0');
+  EXPECT_TRUE(DecryptChunk(other_digest, cipher, "reg/x:1", "chunk c").ok());
+  EXPECT_NE(DecryptBlob(other_digest, cipher, "reg/x:1", "gpusnap.json").status().message().find("decrypts to bytes of"),
+            std::string::npos);
+  std::string big(3 << 20, 'm');  // blocks of 1 MiB: the keystream and the MAC across them
+  LayerKey big_key = DeriveLayerKey(secret, "sha256:" + Sha256Hex(big));
+  std::string big_cipher = big;
+  ApplyKeystream(big_key, 0, big_cipher.data(), big_cipher.size());
+  LayerMac big_mac(big_key);
+  big_mac.Update(big_cipher.data(), big_cipher.size());
+  OpenedBlob big_opened{{big_key, "sha256:" + Sha256Hex(big)}, big_mac.Final()};
+  EXPECT_EQ(*DecryptChunk(big_opened, big_cipher, "reg/x:1", "chunk big"), big);
+
   // Streamed in pieces, part of it replayed as a resumed download does.
   BlobDecryption d(*opened);
   std::string out = plain.substr(0, 20);

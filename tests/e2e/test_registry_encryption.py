@@ -31,6 +31,26 @@ def openssl(*args):
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
+def alter_blob(reg, repo, manifest, layer, tag):
+    """A byte of `layer`'s blob flipped, uploaded under its own digest, and
+    `manifest` naming it pushed as `tag`: the digests match, only the HMAC can
+    tell."""
+    with open(reg.blob_path(layer["digest"]), "rb") as f:
+        data = bytearray(f.read())
+    data[len(data) // 2] ^= 1
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    req = urllib.request.Request(f"{reg.url}/v2/{repo}/blobs/uploads/", method="POST")
+    location = urllib.request.urlopen(req).headers["Location"]
+    location = location if location.startswith("http") else reg.url + location
+    sep = "&" if "?" in location else "?"
+    urllib.request.urlopen(urllib.request.Request(f"{location}{sep}digest={digest}", data=bytes(data), method="PUT",
+                                                  headers={"Content-Type": "application/octet-stream"}))
+    layer["digest"] = digest
+    urllib.request.urlopen(urllib.request.Request(
+        f"{reg.url}/v2/{repo}/manifests/{tag}", data=json.dumps(manifest).encode(), method="PUT",
+        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"}))
+
+
 class TenantKeys:
     """A tenant's key pair, another's, and the tenant secret, in files of mode 0600."""
 
@@ -189,25 +209,8 @@ class EncryptedPushPull(HolderCase):
         self.encrypted()
         m = self.manifest(self.ref)
         layer = max(m["layers"], key=lambda l: l["size"])
-        with open(self.reg.blob_path(layer["digest"]), "rb") as f:
-            data = bytearray(f.read())
-        data[len(data) // 2] ^= 1
-        # The altered bytes under their own digest, in a manifest that names them:
-        # the digests match, only the HMAC can tell.
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
         repo = "team/holder"
-        req = urllib.request.Request(f"{self.reg.url}/v2/{repo}/blobs/uploads/", method="POST")
-        location = urllib.request.urlopen(req).headers["Location"]
-        location = location if location.startswith("http") else self.reg.url + location
-        sep = "&" if "?" in location else "?"
-        urllib.request.urlopen(urllib.request.Request(f"{location}{sep}digest={digest}", data=bytes(data),
-                                                      method="PUT",
-                                                      headers={"Content-Type": "application/octet-stream"}))
-        layer["digest"] = digest
-        body = json.dumps(m).encode()
-        urllib.request.urlopen(urllib.request.Request(
-            f"{self.reg.url}/v2/{repo}/manifests/altered", data=body, method="PUT",
-            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"}))
+        alter_blob(self.reg, repo, m, layer, "altered")
         node_b = self.other_store("store-b")
         altered = f"{self.reg.host}/{repo}:altered"
         p = self.gs("restore", altered, "--plain-http", "--decryption-key", self.priv, env=node_b, check=False)
@@ -405,6 +408,15 @@ class EncryptedChunks(TenantKeys, RegistryMixin, WorkerSteps, FakeGpuCase):
         self.assertGreater(b["blobs_skipped"], 0)
         self.assertLess(b["bytes_moved"], a["bytes_moved"])
         self.gs("inspect", "--verify", second, env=node_b)
+        # A flipped byte of an encrypted chunk: its HMAC refuses it, naming it, and the store keeps no chunk of it.
+        m = json.loads(self.skopeo("inspect", "--raw", "--tls-verify=false", f"docker://{ref}:two").stdout)
+        chunk = next(l for l in m["layers"] if l["mediaType"].endswith("chunk.v1+encrypted") and
+                     l["digest"] not in {x["digest"] for x in layers("one")})
+        alter_blob(self.reg, "team/vmm", m, chunk, "altered")
+        node_c = dict(self.gpu_env, GPUSNAP_STORE=os.path.join(self.tmp, "store-c"))
+        p = self.gs("pull", ref + ":altered", "--plain-http", "--decryption-key", self.priv, env=node_c, check=False)
+        self.assertRegex(self.one_line_error(p), r"chunk [0-9a-f]{32} does not match its HMAC")
+        self.assertEqual(self.gs_json("ls", env=node_c), [])
         self.set_device_state(2)
         out = self.gs_json("restore", second, "--name", "copy", env=node_b)
         self.assertGreater(out["pid"], 0)
