@@ -555,6 +555,31 @@ class UnderGpusnap(unittest.TestCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_trust_bench_pushes_and_pulls_sealed_beside_clear(self):
+        if not shutil.which("docker-registry"):
+            self.skipTest("no docker-registry (apt: docker-registry)")
+        tmp = tempfile.mkdtemp(prefix="gpusnap-trust-bench-")
+        try:
+            out = os.path.join(tmp, "trust.json")
+            env = dict(os.environ, GPUSNAP_BIN=GPUSNAP)
+            r = subprocess.run([sys.executable, os.path.join(HERE, "trust_bench.py"), "--store",
+                                os.path.join(tmp, "store"), "--make-fake", "200", "--rounds", "2", "--key", "ec",
+                                "--breakdown", "--json", out],
+                               capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            res = benchlib.load(out)
+            self.assertGreater(res["bytes"], 200 << 20)
+            self.assertEqual(set(res["variants"]), {"clear", "sealed", "signed", "encrypted"})
+            for v in res["variants"].values():
+                self.assertEqual((len(v["push_s"]), len(v["pull_s"])), (2, 2))
+            # The sealed push under the same secret again: nothing moves.
+            self.assertEqual(res["second_push"]["blobs_moved"], 0)
+            self.assertEqual(res["second_push"]["blobs_skipped"], res["second_push"]["blobs"])
+            self.assertIn("sealed pull's cost:", r.stdout)
+            self.assertIn("| variant | push (median)", r.stdout)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def test_thp_even_restores_even_cycles_in_the_mode_and_puts_the_hosts_back(self):
         tmp = tempfile.mkdtemp(prefix="gpusnap-bench-thp-")
         try:
