@@ -43,6 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
 sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
 import registry  # noqa: E402  (the project's own registry fixture)
 from registry_bench import GPUSNAP, make_fake, run  # noqa: E402
 
@@ -213,8 +214,7 @@ def main():
         print(f"second sealed push: {sp['blobs_moved']} of {sp['blobs']} blobs moved ({sp['bytes_moved']} bytes), "
               f"{sp['wall_s']:.2f} s (goal: 0 moved): {'PASS' if sp['blobs_moved'] == 0 else 'FAIL'}")
         if a.json_out:
-            with open(a.json_out, "w") as f:
-                json.dump(res, f, indent=2)
+            benchlib.save(a.json_out, res)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if a.registry_dir:

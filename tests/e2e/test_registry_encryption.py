@@ -31,6 +31,17 @@ def openssl(*args):
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
+def files_holding(directory, needle):
+    """The files under `directory` whose bytes hold `needle`."""
+    found = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                if needle in f.read():
+                    found.append(os.path.join(root, name))
+    return found
+
+
 def alter_blob(reg, repo, manifest, layer, tag):
     """A byte of `layer`'s blob flipped, uploaded under its own digest, and
     `manifest` naming it pushed as `tag`: the digests match, only the HMAC can
@@ -117,13 +128,7 @@ class HolderCase(TenantKeys, RegistryMixin, GpusnapCase):
         return self.push(*self.encryption_flags(), *extra, ref=ref)
 
     def stored_files_holding(self, needle):
-        found = []
-        for root, _, files in os.walk(self.reg.storage_dir):
-            for name in files:
-                with open(os.path.join(root, name), "rb") as f:
-                    if needle in f.read():
-                        found.append(os.path.join(root, name))
-        return found
+        return files_holding(self.reg.storage_dir, needle)
 
     def manifest(self, ref):
         return json.loads(self.skopeo("inspect", "--raw", "--tls-verify=false", f"docker://{ref}").stdout)

@@ -27,7 +27,7 @@ import secrets
 import unittest
 
 from registry import write_docker_config
-from test_registry_encryption import TenantKeys
+from test_registry_encryption import TenantKeys, files_holding
 from test_tenancy_kube import TenancyCase
 
 
@@ -56,15 +56,6 @@ class NamespaceKeysCase(TenantKeys, TenancyCase):
             digest = f.read().strip()
         with open(self.registry.blob_path(digest)) as f:
             return json.load(f)
-
-    def stored_files_holding(self, needle):
-        found = []
-        for root, _, names in os.walk(self.registry.storage_dir):
-            for name in names:
-                with open(os.path.join(root, name), "rb") as f:
-                    if needle in f.read():
-                        found.append(os.path.join(root, name))
-        return found
 
     def snapshot_ids(self):
         d = os.path.join(self.store, "snapshots")
@@ -124,7 +115,7 @@ class EncryptedPerNamespace(NamespaceKeysCase):
         jwe = json.loads(base64.b64decode(m["config"]["annotations"]["org.opencontainers.image.enc.keys.jwe"]))
         self.assertEqual([r["header"]["alg"] for r in jwe["recipients"]], ["ECDH-ES+A256KW"])
         with open(os.path.join(self.store, "snapshots", snapshot, "gpusnap.json"), "rb") as f:
-            self.assertEqual(self.stored_files_holding(f.read()), [])
+            self.assertEqual(files_holding(self.registry.storage_dir, f.read()), [])
         status, _ = agent.request("DELETE", f"/v1/snapshots/{snapshot}")
         self.assertEqual(status, 200)
 

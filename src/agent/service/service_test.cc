@@ -109,6 +109,15 @@ class AgentServiceTest : public ::testing::Test {
     return *service.GetJob(id);
   }
 
+  // Restores that succeed at once, each one's options kept in `seen` (under `mu`).
+  void RecordRestores(std::vector<RestoreOptions>& seen, std::mutex& mu) {
+    options_.restore = [&seen, &mu](const RestoreOptions& o) -> Result<RestoreResult> {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(o);
+      return RestoreResult{};
+    };
+  }
+
   Job Journaled(const std::string& id) {
     auto text = ReadFile(options_.state_dir + "/jobs/" + id + ".json");
     EXPECT_TRUE(text.ok()) << text.status().ToString();
@@ -650,11 +659,7 @@ TEST_F(AgentServiceTest, ANamespaceThatHasNotOptedInIsRefusedBeforeAnything) {
 TEST_F(AgentServiceTest, APodPullsOnlyFromItsRepositoriesWithItsOwnCredentials) {
   std::vector<RestoreOptions> seen;
   std::mutex mu;
-  options_.restore = [&](const RestoreOptions& o) -> Result<RestoreResult> {
-    std::lock_guard<std::mutex> lock(mu);
-    seen.push_back(o);
-    return RestoreResult{};
-  };
+  RecordRestores(seen, mu);
   const std::string agents = root_ + "/agent-auth.json";
   options_.registry = [agents]() -> Result<RegistryAccess> {
     RegistryAccess a;
@@ -693,11 +698,7 @@ TEST_F(AgentServiceTest, APodPullsOnlyFromItsRepositoriesWithItsOwnCredentials) 
 TEST_F(AgentServiceTest, APodsPullOpensWithItsNamespacesKeysNeverTheAgents) {
   std::vector<RestoreOptions> seen;
   std::mutex mu;
-  options_.restore = [&](const RestoreOptions& o) -> Result<RestoreResult> {
-    std::lock_guard<std::mutex> lock(mu);
-    seen.push_back(o);
-    return RestoreResult{};
-  };
+  RecordRestores(seen, mu);
   // The agent's own key (`gpusnap agent --decryption-key`) and team-b's Secret's.
   registry::Pkey agents_key(EVP_EC_gen("P-256")), b_key(EVP_EC_gen("P-256"));
   auto agents = std::make_shared<DecryptionKeys>();
