@@ -6,10 +6,10 @@
 #include <openssl/pem.h>
 #include <sys/stat.h>
 
-#include <cstdlib>
 #include <fstream>
 
 #include "k8s/admission.h"
+#include "util/temp_dir_testing.h"
 
 namespace gpusnap::agent {
 namespace {
@@ -127,10 +127,11 @@ TEST(NamespaceKeys, BothPlacesCombineAndRecipientsNeedASecret) {
 }
 
 TEST(NamespaceKeys, TheAdministratorsFilesAreReadPrivateOnesOwnerOnly) {
-  char dir[] = "/tmp/gpusnap-nskeys-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
+  TempDir tmp("namespace-keys");
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string& dir = tmp.path();
   auto write = [&](const std::string& name, const std::string& data, mode_t mode) {
-    std::string path = std::string(dir) + "/" + name;
+    std::string path = dir + "/" + name;
     std::ofstream(path) << data;
     ::chmod(path.c_str(), mode);
     return path;
@@ -154,7 +155,7 @@ TEST(NamespaceKeys, TheAdministratorsFilesAreReadPrivateOnesOwnerOnly) {
   ::chmod(files.encryption_secret.c_str(), 0604);
   EXPECT_NE(ReadKeyFiles(files, "team-a").status().message().find("encryptionSecretFile"), std::string::npos);
   ::chmod(files.encryption_secret.c_str(), 0600);
-  files.encryption_recipients.push_back(std::string(dir) + "/gone.pub");
+  files.encryption_recipients.push_back(dir + "/gone.pub");
   auto missing = ReadKeyFiles(files, "team-a");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("namespace `team-a`'s encryptionRecipients"), std::string::npos)
@@ -165,7 +166,6 @@ TEST(NamespaceKeys, TheAdministratorsFilesAreReadPrivateOnesOwnerOnly) {
   EXPECT_NE(broken.status().message().find("encryptionRecipients of namespace `team-a` in the tenancy configuration"),
             std::string::npos)
       << broken.status().message();
-  std::system((std::string("rm -rf ") + dir).c_str());
 }
 
 }  // namespace
