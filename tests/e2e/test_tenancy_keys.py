@@ -17,6 +17,8 @@ registry (HTTPS, a user per namespace):
   under its keys moves none;
 - requireEncryption refuses a namespace's push-to in the clear before
   anything is dumped;
+- the agent's own --encryption-key serves a request's pushTo (the
+  administrator's), never a pod's push-to;
 - no key, secret or PEM line is in the agent's log, its job records, or the
   files it writes for the registry client."""
 import base64
@@ -179,6 +181,29 @@ class EncryptedPerNamespace(NamespaceKeysCase):
         layers = lambda repo, tag: {l["digest"] for l in self.manifest(repo, tag)["layers"]}
         self.assertEqual(layers("shared/counter", "v1"), layers("shared/counter", "again"))
         self.assert_no_key_material(self.what_the_agent_wrote(agent), [a_priv], [a_secret])
+
+
+class TheAgentsOwnKeys(NamespaceKeysCase):
+    def test_the_agents_recipients_serve_the_apis_pushes_and_no_namespaces(self):
+        pub, priv = self.key_pair("admin")
+        secret = self.owner_only("admin.secret", os.urandom(32))
+        self.set_tenancy({"team-a": {"repositories": [self.shared]}})
+        agent = self.start_kube_agent("--encryption-key", f"jwe:{pub}", "--encryption-secret-file", secret)
+        # The administrator's push (the request's pushTo): encrypted for the agent's recipient.
+        self.source_pod("team-a", "by-api")
+        status, reply = self.checkpoint(agent, {"pod": {"namespace": "team-a", "name": "by-api", "container": "server"},
+                                                "pushTo": self.repository("admin/counter:v1")})
+        self.assertEqual(status, 202, reply)
+        job = self.wait_job(agent, reply["job"])
+        self.assertEqual((job["state"], job["push"]["done"]), ("succeeded", True), job)
+        m = self.manifest("admin/counter", "v1")
+        self.assertTrue(all(l["mediaType"].endswith("+encrypted") for l in m["layers"]), m)
+        # team-a's pod's own push-to: team-a has no recipients, so in the clear, never for the agent's.
+        self.source_pod("team-a", "by-pod", {"gpusnap.io/push-to": self.repository("shared/counter:v1")})
+        self.capture(agent, "team-a", "by-pod")
+        m = self.manifest("shared/counter", "v1")
+        self.assertFalse([l for l in m["layers"] if l["mediaType"].endswith("+encrypted")], m)
+        self.assert_no_key_material(self.what_the_agent_wrote(agent), [priv], [secret])
 
 
 class RequiredEncryption(NamespaceKeysCase):
