@@ -532,28 +532,44 @@ class StaticEngineMath(unittest.TestCase):
 class UnderGpusnap(unittest.TestCase):
     """run_bench.sh end to end, the fake backend checkpointed and restored by the real CRIU."""
 
+    def run_registry_script(self, script, *args):
+        """bench/`script` on a snapshot of 200 MiB on the fake driver, in a
+        store of its own: its stdout and its JSON results."""
+        tmp = tempfile.mkdtemp(prefix="gpusnap-bench-script-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        out = os.path.join(tmp, "results.json")
+        r = subprocess.run([sys.executable, os.path.join(HERE, script), "--store", os.path.join(tmp, "store"),
+                            "--make-fake", "200", "--json", out, *args],
+                           capture_output=True, text=True, timeout=600, env=dict(os.environ, GPUSNAP_BIN=GPUSNAP))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        res = benchlib.load(out)
+        self.assertGreater(res["bytes"], 200 << 20)
+        return r.stdout, res
+
     def test_registry_bench_runs_pull_and_curl_side_by_side(self):
         if not shutil.which("docker-registry") or not shutil.which("curl"):
             self.skipTest("no docker-registry or curl (apt: docker-registry curl)")
-        tmp = tempfile.mkdtemp(prefix="gpusnap-registry-bench-")
-        try:
-            out = os.path.join(tmp, "registry.json")
-            env = dict(os.environ, GPUSNAP_BIN=GPUSNAP)
-            r = subprocess.run([sys.executable, os.path.join(HERE, "registry_bench.py"), "--store",
-                                os.path.join(tmp, "store"), "--make-fake", "200", "--rounds", "1", "--json", out],
-                               capture_output=True, text=True, timeout=600, env=env)
-            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-            res = benchlib.load(out)
-            self.assertGreater(res["bytes"], 200 << 20)
-            self.assertEqual(len(res["pull_s"]), 1)
-            self.assertEqual(len(res["curl_s"]), 1)
-            self.assertGreater(res["pull_vs_curl"], 0)
-            self.assertIn("pull against curl:", r.stdout)
-            # The second snapshot shares the chunks its model did not change.
-            self.assertLess(res["second_pull"]["bytes_moved"], res["second_pull"]["bytes_total"] / 2)
-            self.assertLess(res["second_push"]["bytes_moved"], res["second_push"]["bytes_total"] / 2)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        stdout, res = self.run_registry_script("registry_bench.py", "--rounds", "1")
+        self.assertEqual(len(res["pull_s"]), 1)
+        self.assertEqual(len(res["curl_s"]), 1)
+        self.assertGreater(res["pull_vs_curl"], 0)
+        self.assertIn("pull against curl:", stdout)
+        # The second snapshot shares the chunks its model did not change.
+        self.assertLess(res["second_pull"]["bytes_moved"], res["second_pull"]["bytes_total"] / 2)
+        self.assertLess(res["second_push"]["bytes_moved"], res["second_push"]["bytes_total"] / 2)
+
+    def test_trust_bench_pushes_and_pulls_sealed_beside_clear(self):
+        if not shutil.which("docker-registry"):
+            self.skipTest("no docker-registry (apt: docker-registry)")
+        stdout, res = self.run_registry_script("trust_bench.py", "--rounds", "2", "--key", "ec", "--breakdown")
+        self.assertEqual(set(res["variants"]), {"clear", "sealed", "signed", "encrypted"})
+        for v in res["variants"].values():
+            self.assertEqual((len(v["push_s"]), len(v["pull_s"])), (2, 2))
+        # The sealed push under the same secret again: nothing moves.
+        self.assertEqual(res["second_push"]["blobs_moved"], 0)
+        self.assertEqual(res["second_push"]["blobs_skipped"], res["second_push"]["blobs"])
+        self.assertIn("sealed pull's cost:", stdout)
+        self.assertIn("| variant | push (median)", stdout)
 
     def test_thp_even_restores_even_cycles_in_the_mode_and_puts_the_hosts_back(self):
         tmp = tempfile.mkdtemp(prefix="gpusnap-bench-thp-")

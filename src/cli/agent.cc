@@ -72,6 +72,7 @@ void AddAgent(CLI::App& app, Context& ctx) {
   AddTrustFlags(*sub, opts->registry.access);
   AddRegistriesConfFlag(*sub, opts->registry.access);
   AddDecryptionKeyFlag(*sub, opts->registry.access);
+  auto encryption = AddEncryptionFlags(*sub);
   sub->add_option("--registry-secret", opts->registry.secret,
                   "Registry credentials from this Secret (NAMESPACE/NAME, type kubernetes.io/dockerconfigjson), "
                   "read through the API server; for --kube, instead of --registry-config");
@@ -81,9 +82,13 @@ void AddAgent(CLI::App& app, Context& ctx) {
                   "(docs/SECURITY.md); default: each namespace its own snapshots, no registry");
   sub->footer("Logs one line per job on stderr; stops on SIGINT or SIGTERM after running jobs finish. Restores of a "
               "registry reference and checkpoints with pushTo reach the registry with the --registry-* settings, "
-              "--ca-file and --plain-http (docs/AGENT.md).");
-  sub->callback([&ctx, opts] {
+              "--ca-file and --plain-http, and --decryption-key and --encryption-key (docs/AGENT.md); a pod's "
+              "namespace uses its own keys instead (docs/SECURITY.md).");
+  sub->callback([&ctx, opts, encryption] {
     if (const char* node = std::getenv("NODE_NAME"); opts->kube.node_name.empty() && node) opts->kube.node_name = node;
+    auto keys = encryption();
+    if (!keys.ok()) return ctx.Fail(keys.status());
+    opts->service.encryption = std::move(keys).value();
     Status st = agent::RunAgent(*opts);
     if (!st.ok()) ctx.Fail(st);
   });

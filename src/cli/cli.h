@@ -52,6 +52,9 @@ void AddTrustFlags(CLI::App& sub, RegistryAccess& access);
 void AddRegistriesConfFlag(CLI::App& sub, RegistryAccess& access);
 // --decryption-key PRIVATE.pem (repeatable), read where it enters
 void AddDecryptionKeyFlag(CLI::App& sub, RegistryAccess& access);
+// --encryption-key jwe:PUBLIC.pem (repeatable) and --encryption-secret-file F;
+// the returned function reads them once the flags are parsed: none given, null.
+std::function<Result<std::shared_ptr<const EncryptionKeys>>()> AddEncryptionFlags(CLI::App& sub);
 
 // Through the node agent or in-process (agent_client.cc; the rules are in
 // agent/client/route.h). --agent SOCKET and --no-agent, on the subcommands that may

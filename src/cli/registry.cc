@@ -131,6 +131,21 @@ void AddDecryptionKeyFlag(CLI::App& sub, RegistryAccess& access) {
       "Open encrypted artifacts with this private key (PEM, RSA, mode 0600; repeatable: any that opens one does)");
 }
 
+std::function<Result<std::shared_ptr<const EncryptionKeys>>()> AddEncryptionFlags(CLI::App& sub) {
+  auto recipients = std::make_shared<std::vector<std::string>>();
+  auto secret_file = std::make_shared<std::string>();
+  sub.add_option("--encryption-key", *recipients,
+                 "Encrypt every blob for this recipient: jwe:PUBLIC-KEY.pem (RSA, or EC on P-256, P-384 or P-521; "
+                 "repeatable), as skopeo does");
+  sub.add_option("--encryption-secret-file", *secret_file,
+                 "The tenant secret blob keys derive from (mode 0600, at least 32 bytes): pushes under one secret "
+                 "share their equal blobs (default: a fresh secret, nothing shared)");
+  return [recipients, secret_file]() -> Result<std::shared_ptr<const EncryptionKeys>> {
+    if (recipients->empty() && secret_file->empty()) return std::shared_ptr<const EncryptionKeys>();
+    return ReadEncryptionKeys(*recipients, *secret_file);
+  };
+}
+
 void AddRegistry(CLI::App& app, Context& ctx) {
   auto* push = app.add_subcommand("push", "Push a snapshot of the store to an OCI registry");
   auto popts = std::make_shared<PushOptions>();
@@ -146,26 +161,15 @@ void AddRegistry(CLI::App& app, Context& ctx) {
   push->add_option("--mount-from", popts->mount_from,
                    "Another repository of the same registry that may hold the blobs: mounted, not uploaded");
   AddRegistryFlags(*push, popts->access);
-  struct EncryptionFlags {
-    std::vector<std::string> recipients;
-    std::string secret_file;
-  };
-  auto encryption = std::make_shared<EncryptionFlags>();
-  push->add_option("--encryption-key", encryption->recipients,
-                   "Encrypt every blob for this recipient: jwe:PUBLIC-KEY.pem (RSA; repeatable), as skopeo does");
-  push->add_option("--encryption-secret-file", encryption->secret_file,
-                   "The tenant secret blob keys derive from (mode 0600, at least 32 bytes): pushes under one secret "
-                   "share their equal blobs (default: a fresh secret, nothing shared)");
+  auto encryption = AddEncryptionFlags(*push);
   auto push_key = AddSigningFlags(*push);
   push->footer("Uploads only the blobs the registry lacks, then the manifest (and its signature, when asked). Prints "
                "the manifest's digest.");
   push->callback([&ctx, popts, push_key, encryption] {
     popts->signing_key = push_key();
-    if (!encryption->recipients.empty() || !encryption->secret_file.empty()) {
-      auto keys = ReadEncryptionKeys(encryption->recipients, encryption->secret_file);
-      if (!keys.ok()) return ctx.Fail(keys.status());
-      popts->encryption = std::move(keys).value();
-    }
+    auto keys = encryption();
+    if (!keys.ok()) return ctx.Fail(keys.status());
+    popts->encryption = std::move(keys).value();
     RunTransfer(ctx, "push", *popts, Push);
   });
 

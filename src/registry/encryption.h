@@ -24,9 +24,9 @@
 #include "gpusnap/distribution.h"
 #include "gpusnap/status.h"
 #include "registry/artifact.h"
+#include "registry/jwe.h"
 #include "store/sha256.h"
 
-struct evp_pkey_st;
 struct evp_mac_ctx_st;
 
 namespace gpusnap::registry {
@@ -34,28 +34,17 @@ namespace gpusnap::registry {
 inline constexpr const char* kLayerCipher = "AES_256_CTR_HMAC_SHA256";
 inline constexpr size_t kTenantSecretBytes = 32;
 
-// One half of a key pair (RSA), parsed from PEM.
-class Pkey {
- public:
-  explicit Pkey(evp_pkey_st* key);
-  evp_pkey_st* get() const { return key_.get(); }
-
- private:
-  std::shared_ptr<evp_pkey_st> key_;
-};
-
-// Pure. The PEM of a public key (SubjectPublicKeyInfo), or a certificate's;
-// errors name `what`, never the bytes.
-Result<Pkey> ParsePublicKeyPem(std::string_view pem, std::string_view what);
-// Pure. The PEM of a private key (PKCS#8, or PKCS#1 RSA), not passphrase-protected.
-Result<Pkey> ParsePrivateKeyPem(std::string_view pem, std::string_view what);
-
 // The symmetric key and nonce of one blob.
 struct LayerKey {
   std::array<unsigned char, 32> key{};
   std::array<unsigned char, 16> nonce{};
   bool operator==(const LayerKey&) const = default;
 };
+
+// Pure. The tenant secret of `bytes` (a secret file's, a Secret's): their
+// SHA-256, so that any length of secret serves. kInvalidArgument naming
+// `what`, never the bytes, when they are fewer than kTenantSecretBytes.
+Result<std::array<unsigned char, kTenantSecretBytes>> TenantSecretOf(std::string_view bytes, std::string_view what);
 
 // Pure. HKDF-SHA256 of the tenant secret, salted with the blob's plaintext
 // digest ("sha256:<hex>"): its key, then its nonce.
@@ -93,15 +82,6 @@ Result<LayerSecrets> ParsePrivateOptions(std::string_view json);
 std::string PublicOptionsJson(std::string_view hmac);
 Result<std::string> ParsePublicOptions(std::string_view json);
 
-// A JWE (RFC 7516, JSON serialization) of `payload` for each recipient:
-// A256GCM content encryption, the content key wrapped with RSA-OAEP, as
-// ocicrypt writes it.
-Result<std::string> JweEncrypt(std::string_view payload, const std::vector<Pkey>& recipients);
-// Pure. The payload of a JWE (general or flattened serialization, RSA-OAEP
-// or RSA-OAEP-256, A128/192/256GCM) that one of `keys` opens;
-// kFailedPrecondition when none does, kInvalidArgument when it is no JWE.
-Result<std::string> JweDecrypt(std::string_view jwe, const std::vector<Pkey>& keys);
-
 // The annotations of an encrypted blob (artifact.h's BlobEncryption).
 Result<BlobEncryption> SealAnnotations(const LayerSecrets& secrets, std::string_view hmac,
                                        const std::vector<Pkey>& recipients);
@@ -134,9 +114,17 @@ class BlobDecryption {
   Sha256 plain_;
 };
 
-// A whole blob's ciphertext decrypted in place and checked (a config, a chunk).
+// A whole blob's ciphertext decrypted in place, its HMAC and its
+// plaintext's digest checked (a config).
 Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std::string_view ref,
                                 std::string_view what);
+// A whole chunk's ciphertext decrypted in place, its HMAC checked. Its
+// plaintext is for the caller to check by the chunk's XXH3 name, as a chunk
+// pushed in the clear is checked (its blob's SHA-256, then its name): the
+// plaintext's SHA-256 in its key's options would cost a third hash of every
+// byte and tie it to nothing the blob's digest, its HMAC and its name do not.
+Result<std::string> DecryptChunk(const OpenedBlob& opened, std::string bytes, std::string_view ref,
+                                 std::string_view what);
 
 }  // namespace gpusnap::registry
 
@@ -149,7 +137,10 @@ struct EncryptionKeys {
 
 struct DecryptionKeys {
   std::vector<registry::Pkey> keys;
-  std::vector<std::string> files;  // where they came from, for errors
+  // Whose keys these are, for the refusals of an artifact they do not open:
+  // "none of the 2 {given} opens it", "give {give}, the private key of one of its recipients".
+  std::string given = "--decryption-key given";
+  std::string give = "--decryption-key";
 };
 
 }  // namespace gpusnap

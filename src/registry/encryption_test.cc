@@ -1,12 +1,15 @@
 #include "registry/encryption.h"
 
 #include <gtest/gtest.h>
+#include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "registry/auth.h"
@@ -49,6 +52,31 @@ Pkey NewRsaKey() {
   return keys[next++ % keys.size()];
 }
 
+// EC keys, one per curve and name.
+Pkey NewEcKey(const char* curve, int which = 0) {
+  static std::map<std::pair<std::string, int>, Pkey> keys;
+  auto it = keys.find({curve, which});
+  if (it == keys.end()) it = keys.emplace(std::pair{std::string(curve), which}, Pkey(EVP_EC_gen(curve))).first;
+  return it->second;
+}
+
+std::string PemOf(EVP_PKEY* key, bool private_part, const char* passphrase = nullptr) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (!private_part) {
+    PEM_write_bio_PUBKEY(bio, key);
+  } else if (passphrase) {
+    PEM_write_bio_PKCS8PrivateKey(bio, key, EVP_aes_256_cbc(), passphrase, int(std::strlen(passphrase)), nullptr,
+                                  nullptr);
+  } else {
+    PEM_write_bio_PrivateKey(bio, key, nullptr, nullptr, 0, nullptr, nullptr);
+  }
+  char* data = nullptr;
+  long n = BIO_get_mem_data(bio, &data);
+  std::string out(data, size_t(n));
+  BIO_free(bio);
+  return out;
+}
+
 // A private key and a JWE of ocicrypt's private options for it, made by another
 // implementation (Python's `cryptography`): RSA-OAEP-256, flattened serialization.
 constexpr const char* kOtherPrivateKeyPem = R"(-----BEGIN PRIVATE KEY-----
@@ -82,6 +110,18 @@ zrgNuHgTrWtuEKEIxGr/aategg==
 
 )";
 constexpr const char* kOtherJwe = R"({"protected": "eyJlbmMiOiAiQTI1NkdDTSJ9", "header": {"alg": "RSA-OAEP-256"}, "encrypted_key": "OAl9lUxu8itWhOePL7v6v3OyKMEMlz_wsypluLwEHosL21cnlah_0f-P8zN2VXOB3zsuwxp2KsGH_yFvkw8Z4_436OVT1HFavqzJmgNm2MmNwijezXAoWcLmEQax9v5CofQRrGsaYh6pGsRYBMmBTC4HjZ6kOGaDWZCqITWwhpZZp6lRCrUVds7Y_bf9soAIe4ndv-V1d9-SBz6A17J4ElScmMDqD8LF2aiq50mBJN2R82fVzSJMgom5KNMlMUQYtbzLPyQtgMIINNzy3miRbHs0Q9PUgyNI8H87ZtoY90qGAGVChkUcWw21BPWMDqC6q9DsW2S9XFF5ZbRUwJJekg", "iv": "DX_8kPdmRuV8vKtF", "ciphertext": "LuQdXks_lLUBdBIWoM83s_qgUpyyNqhNquHvbCBndVh_TuG-x1dzJHq6zNJmhjoCQvq77R-ijKLQXG6y_QK__1jAlqLcD8522ks201z4McMKBtFrvM8BxiQ1f8hWp2PgHdpBgAu3vQrOrzKeuuhnh6NhCZabQ8paaQofQiexHf96qsNmUKEzZt1bfDtn71LJCn4Nq7zdraaHc8gAA393jroQLKsAPXWrxqfVdCzk2HmE78dVLP55S1qSD4QV8UBFZw", "tag": "DVmJCkJzZfL-s97o8QG4Ow"})";
+
+// The same for an EC key (P-384), made with Python's `cryptography`
+// primitives: ECDH-ES+A256KW (the Concat KDF over SHA-256, AES key wrap),
+// general serialization, as ocicrypt writes for EC keys.
+constexpr const char* kOtherEcPrivateKeyPem = R"(-----BEGIN PRIVATE KEY-----
+MIG2AgEAMBAGByqGSM49AgEGBSuBBAAiBIGeMIGbAgEBBDBAkrHPN+R0CZKwM6zv
+qynCCH4syg2nhU3qZeqDWdJNpODfD0G8U2/qoeS7+3Yhla6hZANiAATrKCk6Wcqb
+pXW6UNVz+UZiE51RnjpzUf01tH7bYxJlwz5JDAK6aOsYRaZ9yLD/fCwOVb0HSmYS
+ndjgCd5PF3mIX1IXJxTA3bBOfigH2oDjFdBV2+17j2NlDhf27VkKhEA=
+-----END PRIVATE KEY-----
+)";
+constexpr const char* kOtherEcJwe = R"({"protected": "eyJlbmMiOiAiQTI1NkdDTSJ9", "recipients": [{"header": {"alg": "ECDH-ES+A256KW", "epk": {"kty": "EC", "crv": "P-384", "x": "TkaB4i17vmm0HWofuODyIkzepS4w9N5mMce2vna-qnyIhyzlOOAuGLm8j12lYVJb", "y": "UNbvgOrVGSDxfL7ZT5NEAo4sNmnK_wZ863CJAf-FD1u8QRoodjIFhHJpMEzthzjY"}}, "encrypted_key": "2MXpPGg0S4sQa91cswGDoJHh-9wyH2qlTZQxgHpHmKA9Da4VIoYGLg"}], "iv": "XXgAi3xmRtPe0azz", "ciphertext": "SXUTD876EM__1ocWqr_ZB2z-aPYatmQSwqn35qtakmftkkc6F7NF3w7jp0zZDY7Rk20s1iuYISTA5TCcJV8OmphWc-Ez_ayosNcxphzqLPuf6U4gOFTikBdXbAAQcMaURSXlFb3o7N34t-kl6OD7YHb9_BupnkIGiGSkNcedQqINHzNDMKsJPayllPEN2pUzFvZTmOUEa1eARi7swu6tUE_3dvZogoMVzq0IGo37lTdI0yFhFl23wG0JL0dqk5C8xs7TyS4Z2w", "tag": "nTJHJaMv12ywPSe9EVpr5Q"})";
 
 TEST(Encryption, TheKeystreamIsAes256CtrOfNistSp80038a) {
   // SP 800-38A F.5.5, CTR-AES256.Encrypt.
@@ -186,9 +226,9 @@ TEST(Encryption, AJweOpensForEachRecipientAndNoOtherKey) {
 }
 
 TEST(Encryption, AJweOfAnotherImplementationOpens) {
-  auto key = ParsePrivateKeyPem(kOtherPrivateKeyPem, "test key");
+  auto key = ParsePrivateKeysPem(kOtherPrivateKeyPem, "test key");
   ASSERT_TRUE(key.ok()) << key.status().ToString();
-  auto payload = JweDecrypt(kOtherJwe, {*key});
+  auto payload = JweDecrypt(kOtherJwe, *key);
   ASSERT_TRUE(payload.ok()) << payload.status().ToString();
   auto secrets = ParsePrivateOptions(*payload);
   ASSERT_TRUE(secrets.ok());
@@ -214,12 +254,12 @@ TEST(Encryption, ABlobSealedOpensOnlyWithAKeyAndAnyChangeIsCaught) {
   auto none = OpenAnnotations(*enc, nullptr, "reg/x:1");
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("`reg/x:1` is encrypted"), std::string::npos);
-  DecryptionKeys wrong{{eve}, {"eve.pem"}};
+  DecryptionKeys wrong{{eve}};
   auto other = OpenAnnotations(*enc, &wrong, "reg/x:1");
   ASSERT_FALSE(other.ok());
   EXPECT_NE(other.status().message().find("encrypted for other recipients"), std::string::npos);
 
-  DecryptionKeys right{{eve, alice}, {"eve.pem", "alice.pem"}};
+  DecryptionKeys right{{eve, alice}};
   auto opened = OpenAnnotations(*enc, &right, "reg/x:1");
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   EXPECT_EQ(*DecryptBlob(*opened, cipher, "reg/x:1", "chunk c"), plain);
@@ -231,6 +271,26 @@ TEST(Encryption, ABlobSealedOpensOnlyWithAKeyAndAnyChangeIsCaught) {
   EXPECT_EQ(bad.status().code(), Code::kCorruption);
   EXPECT_NE(bad.status().message().find("HMAC"), std::string::npos);
 
+  // A chunk: the same, but its plaintext is left to its name's check; a
+  // flipped byte of its ciphertext is its HMAC's.
+  EXPECT_EQ(*DecryptChunk(*opened, cipher, "reg/x:1", "chunk c"), plain);
+  auto flipped_chunk = DecryptChunk(*opened, flipped, "reg/x:1", "chunk c");
+  ASSERT_FALSE(flipped_chunk.ok());
+  EXPECT_NE(flipped_chunk.status().message().find("chunk c does not match its HMAC"), std::string::npos);
+  OpenedBlob other_digest = *opened;
+  other_digest.secrets.plain_digest = "sha256:" + std::string(64, '0');
+  EXPECT_TRUE(DecryptChunk(other_digest, cipher, "reg/x:1", "chunk c").ok());
+  EXPECT_NE(DecryptBlob(other_digest, cipher, "reg/x:1", "gpusnap.json").status().message().find("decrypts to bytes of"),
+            std::string::npos);
+  std::string big(3 << 20, 'm');  // blocks of 1 MiB: the keystream and the MAC across them
+  LayerKey big_key = DeriveLayerKey(secret, "sha256:" + Sha256Hex(big));
+  std::string big_cipher = big;
+  ApplyKeystream(big_key, 0, big_cipher.data(), big_cipher.size());
+  LayerMac big_mac(big_key);
+  big_mac.Update(big_cipher.data(), big_cipher.size());
+  OpenedBlob big_opened{{big_key, "sha256:" + Sha256Hex(big)}, big_mac.Final()};
+  EXPECT_EQ(*DecryptChunk(big_opened, big_cipher, "reg/x:1", "chunk big"), big);
+
   // Streamed in pieces, part of it replayed as a resumed download does.
   BlobDecryption d(*opened);
   std::string out = plain.substr(0, 20);
@@ -240,6 +300,121 @@ TEST(Encryption, ABlobSealedOpensOnlyWithAKeyAndAnyChangeIsCaught) {
   d.Decrypt(20, cipher.data() + 20, cipher.size() - 20, out);
   EXPECT_EQ(out, plain);
   EXPECT_TRUE(d.Verify("reg/x:1", "file f").ok());
+}
+
+TEST(Jwe, RsaAndEcRecipientsEachOpenItAndNoOtherKeyDoes) {
+  Pkey alice = NewRsaKey(), bob = NewEcKey("P-256"), carol = NewEcKey("P-521"), dave = NewEcKey("P-384");
+  Pkey eve = NewRsaKey(), mallory = NewEcKey("P-256", 1);
+  auto jwe = JweEncrypt("the payload", {alice, bob, carol, dave});
+  ASSERT_TRUE(jwe.ok()) << jwe.status().ToString();
+  auto parsed = nlohmann::json::parse(*jwe);
+  ASSERT_EQ(parsed["recipients"].size(), 4u);
+  EXPECT_EQ(parsed["recipients"][0]["header"]["alg"], "RSA-OAEP");
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_EQ(parsed["recipients"][i]["header"]["alg"], "ECDH-ES+A256KW");
+    EXPECT_EQ(parsed["recipients"][i]["header"]["epk"]["kty"], "EC");  // an ephemeral key per recipient
+  }
+  EXPECT_EQ(parsed["recipients"][2]["header"]["epk"]["crv"], "P-521");
+  for (const Pkey& k : {alice, bob, carol, dave}) EXPECT_EQ(*JweDecrypt(*jwe, {k}), "the payload");
+  EXPECT_EQ(*JweDecrypt(*jwe, {mallory, eve, carol}), "the payload");
+  auto refused = JweDecrypt(*jwe, {eve, mallory});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kFailedPrecondition);
+
+  // A changed wrapped key opens for no one of that recipient; the others still open it.
+  nlohmann::json altered = parsed;
+  std::string wrapped = altered["recipients"][1]["encrypted_key"];
+  wrapped[3] = wrapped[3] == 'A' ? 'B' : 'A';
+  altered["recipients"][1]["encrypted_key"] = wrapped;
+  EXPECT_FALSE(JweDecrypt(altered.dump(), {bob}).ok());
+  EXPECT_TRUE(JweDecrypt(altered.dump(), {carol}).ok());
+  // Another ephemeral key (the same curve) derives another wrapping key.
+  altered = parsed;
+  altered["recipients"][1]["header"]["epk"] = parsed["recipients"][3]["header"]["epk"];
+  EXPECT_FALSE(JweDecrypt(altered.dump(), {bob}).ok());
+}
+
+TEST(Jwe, AnEcJweOfAnotherImplementationOpens) {
+  auto key = ParsePrivateKeysPem(kOtherEcPrivateKeyPem, "test key");
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_TRUE(key->front().is_ec());
+  auto payload = JweDecrypt(kOtherEcJwe, *key);
+  ASSERT_TRUE(payload.ok()) << payload.status().ToString();
+  auto secrets = ParsePrivateOptions(*payload);
+  ASSERT_TRUE(secrets.ok());
+  std::string cd;
+  for (int i = 0; i < 32; ++i) cd += "cd";
+  EXPECT_EQ(secrets->plain_digest, "sha256:" + cd);
+  EXPECT_FALSE(JweDecrypt(kOtherEcJwe, {NewEcKey("P-384")}).ok());
+}
+
+TEST(Jwe, OnlyOcicryptsAlgorithmsAreSpokenAndNothingCompressed) {
+  Pkey alice = NewRsaKey();
+  auto parsed = nlohmann::json::parse(*JweEncrypt("the payload", {alice}));
+  // The same wrapped key claimed as RSA1_5 (PKCS#1 v1.5, open to padding oracles): not tried.
+  nlohmann::json v15 = parsed;
+  v15["recipients"][0]["header"]["alg"] = "RSA1_5";
+  EXPECT_EQ(JweDecrypt(v15.dump(), {alice}).status().code(), Code::kFailedPrecondition);
+  // A compressed payload could be any size once inflated.
+  nlohmann::json zipped = parsed;
+  zipped["unprotected"] = {{"zip", "DEF"}};
+  auto refused = JweDecrypt(zipped.dump(), {alice});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("zip"), std::string::npos);
+  nlohmann::json other_enc = parsed;
+  other_enc["unprotected"] = {{"enc", "XC20P"}};
+  EXPECT_EQ(JweDecrypt(other_enc.dump(), {alice}).status().code(), Code::kInvalidArgument);
+}
+
+TEST(Jwe, KeysParseFromPemTextsOfSeveralKeysAndOtherTypesAreRefused) {
+  Pkey rsa = NewRsaKey(), ec = NewEcKey("P-256");
+  std::string publics = PemOf(rsa.get(), false) + PemOf(ec.get(), false);
+  auto pubs = ParsePublicKeysPem(publics, "Secret a/gpusnap `encryption-recipients.pem`");
+  ASSERT_TRUE(pubs.ok()) << pubs.status().ToString();
+  ASSERT_EQ(pubs->size(), 2u);
+  EXPECT_FALSE((*pubs)[0].is_ec());
+  EXPECT_TRUE((*pubs)[1].is_ec());
+  // `openssl ecparam -genkey` writes the curve's parameters first: skipped.
+  std::string privates = "-----BEGIN EC PARAMETERS-----\nBggqhkjOPQMBBw==\n-----END EC PARAMETERS-----\n" +
+                         PemOf(ec.get(), true) + PemOf(rsa.get(), true);
+  auto privs = ParsePrivateKeysPem(privates, "k");
+  ASSERT_TRUE(privs.ok()) << privs.status().ToString();
+  ASSERT_EQ(privs->size(), 2u);
+  auto jwe = JweEncrypt("x", *pubs);
+  EXPECT_EQ(*JweDecrypt(*jwe, {(*privs)[0]}), "x");
+  EXPECT_EQ(*JweDecrypt(*jwe, {(*privs)[1]}), "x");
+
+  auto refused = [](const Result<std::vector<Pkey>>& r, std::string_view needle) {
+    EXPECT_FALSE(r.ok());
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+      EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+      EXPECT_EQ(r.status().message().find("MII"), std::string::npos) << r.status().message();  // no key bytes
+    }
+  };
+  refused(ParsePublicKeysPem(PemOf(rsa.get(), true), "f.pem"), "f.pem holds a PEM `PRIVATE KEY`, not a public key");
+  refused(ParsePrivateKeysPem(PemOf(rsa.get(), false), "f.pem"), "not a private key");
+  refused(ParsePrivateKeysPem(PemOf(ec.get(), true, "passphrase"), "f.pem"), "passphrase-protected");
+  refused(ParsePublicKeysPem("no PEM here", "f.pem"), "f.pem holds no PEM key");
+  Pkey ed(EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519"));
+  refused(ParsePublicKeysPem(PemOf(ed.get(), false), "f.pem"), "of type ED25519");
+  Pkey k1(EVP_EC_gen("secp256k1"));
+  refused(ParsePrivateKeysPem(PemOf(k1.get(), true), "f.pem"), "EC secp256k1");
+  std::string cut = PemOf(rsa.get(), false);
+  cut.erase(cut.size() / 2, 10);
+  refused(ParsePublicKeysPem(cut, "f.pem"), "does not parse");
+}
+
+TEST(Encryption, TheTenantSecretIsTheDigestOfAtLeast32Bytes) {
+  auto a = TenantSecretOf(std::string(32, 's'), "s"), b = TenantSecretOf(std::string(33, 's'), "s");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(Hex(std::string_view(reinterpret_cast<const char*>(a->data()), 32)), Sha256Hex(std::string(32, 's')));
+  auto short_one = TenantSecretOf("0123456789", "Secret a/gpusnap `encryption-secret`");
+  ASSERT_FALSE(short_one.ok());
+  EXPECT_EQ(short_one.status().message(),
+            "Secret a/gpusnap `encryption-secret` holds 10 bytes; at least 32 are needed");
 }
 
 TEST(Encryption, KeysComeFromOwnerOnlyFilesAndNeverIntoErrors) {

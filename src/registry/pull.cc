@@ -172,7 +172,8 @@ Status FetchFile(Sources& sources, const std::string& staging, const ArtifactFil
 }
 
 // A chunk into the chunk store, checked twice: the bytes against the blob's
-// SHA-256 as they stream, then against the XXH3 name the artifact maps it to.
+// SHA-256 as they stream, then against the XXH3 name the artifact maps it to
+// (an encrypted one's HMAC too, before it is decrypted: DecryptChunk).
 Status FetchChunk(Sources& sources, const chunks::ChunkStore& chunk_store, const ArtifactChunk& c,
                   const DecryptionKeys* keys, const std::string& ref, registry::TransferMeter& meter,
                   const std::function<void(std::string)>& wrote) {
@@ -199,7 +200,7 @@ Status FetchChunk(Sources& sources, const chunks::ChunkStore& chunk_store, const
   if (have != c.blob.size || registry::BlobDigest(hex) != c.blob.digest)
     return Mismatch(ref, c.blob, fmt::format("chunk {}", c.xxh3), hex, got->place);
   if (opened) {
-    GPUSNAP_ASSIGN_OR_RETURN(buf, registry::DecryptBlob(*opened, std::move(buf), ref, fmt::format("chunk {}", c.xxh3)));
+    GPUSNAP_ASSIGN_OR_RETURN(buf, registry::DecryptChunk(*opened, std::move(buf), ref, fmt::format("chunk {}", c.xxh3)));
   }
   chunks::ChunkDigest name = chunks::ComputeChunkDigest(buf.data(), have);
   if (chunks::DigestHex(name) != c.xxh3)

@@ -18,6 +18,10 @@ constexpr const char* kRepositories = "repositories";
 constexpr const char* kAgentCredentials = "agentCredentials";
 constexpr const char* kRestoreFrom = "restoreFrom";
 constexpr const char* kRestoreUnowned = "restoreUnowned";
+constexpr const char* kDecryptionKeys = "decryptionKeys";
+constexpr const char* kEncryptionRecipients = "encryptionRecipients";
+constexpr const char* kEncryptionSecretFile = "encryptionSecretFile";
+constexpr const char* kRequireEncryption = "requireEncryption";
 constexpr const char* kAnyNamespace = "*";
 
 std::string Quote(const json& v) {
@@ -47,6 +51,22 @@ class Reader {
     for (size_t i = 0; i < v.size(); ++i) {
       if (!v[i].is_string()) return Bad(fmt::format("{}[{}]", where, i), "is {}, not a string", Quote(v[i]));
       out.push_back(v[i].get<std::string>());
+    }
+    return out;
+  }
+
+  Result<std::string> Path(const json& v, std::string_view where) const {
+    if (!v.is_string() || !v.get<std::string>().starts_with("/"))
+      return Bad(where, "is {}, not an absolute path", Quote(v));
+    return v.get<std::string>();
+  }
+
+  Result<std::vector<std::string>> Paths(const json& v, std::string_view where) const {
+    if (!v.is_array()) return Bad(where, "is {}, not an array of absolute paths", Quote(v));
+    std::vector<std::string> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      GPUSNAP_ASSIGN_OR_RETURN(std::string path, Path(v[i], fmt::format("{}[{}]", where, i)));
+      out.push_back(std::move(path));
     }
     return out;
   }
@@ -87,9 +107,20 @@ class Reader {
         }
       } else if (key == kRestoreUnowned) {
         GPUSNAP_ASSIGN_OR_RETURN(policy.restore_unowned, Bool(value, at));
+      } else if (key == kDecryptionKeys) {
+        GPUSNAP_ASSIGN_OR_RETURN(policy.keys.decryption_keys, Paths(value, at));
+      } else if (key == kEncryptionRecipients) {
+        GPUSNAP_ASSIGN_OR_RETURN(policy.keys.encryption_recipients, Paths(value, at));
+      } else if (key == kEncryptionSecretFile) {
+        GPUSNAP_ASSIGN_OR_RETURN(policy.keys.encryption_secret, Path(value, at));
+      } else if (key == kRequireEncryption) {
+        GPUSNAP_ASSIGN_OR_RETURN(policy.require_encryption, Bool(value, at));
       } else {
-        return Bad(at, "is not a member this gpusnap knows ({}, {}, {}, {})", kRepositories, kAgentCredentials,
-                   kRestoreFrom, kRestoreUnowned);
+        return Bad(at, "is not a member this gpusnap knows ({})",
+                   fmt::join(std::vector<std::string_view>{kRepositories, kAgentCredentials, kRestoreFrom,
+                                                           kRestoreUnowned, kDecryptionKeys, kEncryptionRecipients,
+                                                           kEncryptionSecretFile, kRequireEncryption},
+                             ", "));
       }
     }
     return policy;
@@ -202,6 +233,14 @@ Status RepositoryAllowed(const RegistryReference& reference, std::string_view ns
                        "namespace `{}` may not use repository `{}`: the administrator's tenancy configuration gives "
                        "it {}",
                        ns, repository, fmt::join(allowed, ", "));
+}
+
+Status MayPush(const RegistryReference& reference, bool encrypted, std::string_view ns, const TenancyConfig& config) {
+  if (encrypted || !config.For(ns).require_encryption) return Status::Ok();
+  return Status::Error(Code::kPermissionDenied,
+                       "namespace `{}` must encrypt what it pushes ({}), and has no recipients to push `{}` for: "
+                       "give them in its Secret `gpusnap`, or as {} in the administrator's tenancy configuration",
+                       ns, kRequireEncryption, reference.ToString(), kEncryptionRecipients);
 }
 
 Result<CredentialsSource> CredentialsToUse(const RegistryReference& reference, std::string_view ns,

@@ -12,7 +12,11 @@
 //      "team-a": {"repositories": ["registry.example:5000/team-a"],
 //                 "agentCredentials": false,
 //                 "restoreFrom": ["shared-models"],
-//                 "restoreUnowned": false}}}
+//                 "restoreUnowned": false,
+//                 "decryptionKeys": ["/etc/gpusnap/keys/team-a.pem"],
+//                 "encryptionRecipients": ["/etc/gpusnap/keys/team-a.pub"],
+//                 "encryptionSecretFile": "/etc/gpusnap/keys/team-a.secret",
+//                 "requireEncryption": true}}}
 //
 //   repositories      the repository prefixes, `host[:port]/path`, the
 //                     namespace's pods may push to and restore from, matched
@@ -25,6 +29,16 @@
 //                     its own, or "*" for any
 //   restoreUnowned    its pods may restore snapshots of no namespace (taken
 //                     outside Kubernetes); default false
+//   decryptionKeys    PEM private keys (files) that open the encrypted
+//                     artifacts its pods restore, besides those of its Secret
+//   encryptionRecipients  PEM public keys (files) its pods' pushes are
+//                     encrypted for, besides those of its Secret
+//   encryptionSecretFile  the tenant secret its blobs' keys derive from (a
+//                     file), where its Secret has none
+//   requireEncryption its pods' pushes must be encrypted; default false
+//
+// Key files are named by absolute paths and read at each use by the agent
+// (agent/service/namespace_keys.h); this file holds no key.
 //
 // Every member is optional; a namespace not listed gets every default: its
 // own snapshots only, no registry. An unknown member, a member given twice or
@@ -54,12 +68,22 @@ struct RepositoryPrefix {
   bool operator==(const RepositoryPrefix&) const = default;
 };
 
+// Files of keys for a namespace's encrypted artifacts: absolute paths.
+struct KeyFiles {
+  std::vector<std::string> decryption_keys;
+  std::vector<std::string> encryption_recipients;
+  std::string encryption_secret;  // empty: none
+  bool operator==(const KeyFiles&) const = default;
+};
+
 struct NamespacePolicy {
   std::vector<RepositoryPrefix> repositories;
   bool agent_credentials = false;
   std::set<std::string> restore_from;  // namespaces
   bool restore_from_any = false;       // "*"
   bool restore_unowned = false;
+  KeyFiles keys;
+  bool require_encryption = false;
 };
 
 struct TenancyConfig {
@@ -83,6 +107,11 @@ Status MayRestore(const std::optional<SnapshotOwner>& owner, std::string_view po
 // under one of the namespace's repositories. kPermissionDenied naming the
 // repository and what the namespace may use.
 Status RepositoryAllowed(const RegistryReference& reference, std::string_view ns, const TenancyConfig& config);
+
+// Whether a pod of `ns` may push to `reference` in the clear
+// (`encrypted` false): not where requireEncryption is set. kPermissionDenied
+// naming the namespace, the reference and where keys are given.
+Status MayPush(const RegistryReference& reference, bool encrypted, std::string_view ns, const TenancyConfig& config);
 
 // Whose docker config serves a pull or push for a pod.
 enum class CredentialsSource {

@@ -8,7 +8,10 @@ namespace {
 constexpr std::string_view kSample = R"({"namespaces": {
   "team-a": {"repositories": ["registry.example:5000/team-a", "127.0.0.1:5000/shared/models"],
              "agentCredentials": true, "restoreFrom": ["shared-models"], "restoreUnowned": true},
-  "team-b": {"repositories": ["registry.example:5000/team-b"]},
+  "team-b": {"repositories": ["registry.example:5000/team-b"],
+             "decryptionKeys": ["/etc/gpusnap/keys/b.pem", "/etc/gpusnap/keys/b-old.pem"],
+             "encryptionRecipients": ["/etc/gpusnap/keys/b.pub"],
+             "encryptionSecretFile": "/etc/gpusnap/keys/b.secret", "requireEncryption": true},
   "ops": {"restoreFrom": ["*"]}}})";
 
 TenancyConfig Sample() {
@@ -41,6 +44,12 @@ TEST(TenancyConfig, ParsesEveryMember) {
   EXPECT_FALSE(a.restore_from_any);
   EXPECT_TRUE(a.restore_unowned);
   EXPECT_TRUE(c.For("ops").restore_from_any);
+  EXPECT_EQ(c.For("team-b").keys, (KeyFiles{{"/etc/gpusnap/keys/b.pem", "/etc/gpusnap/keys/b-old.pem"},
+                                            {"/etc/gpusnap/keys/b.pub"},
+                                            "/etc/gpusnap/keys/b.secret"}));
+  EXPECT_TRUE(c.For("team-b").require_encryption);
+  EXPECT_EQ(a.keys, KeyFiles{});
+  EXPECT_FALSE(a.require_encryption);
   // Not listed: the defaults.
   const NamespacePolicy& other = c.For("elsewhere");
   EXPECT_TRUE(other.repositories.empty());
@@ -79,6 +88,20 @@ TEST(TenancyConfig, BadFilesAreRefusedNamingTheFileAndTheMember) {
                   .find("`namespaces.a.repositories[0]`"),
               std::string::npos)
         << bad;
+  // Key files by absolute paths only: the file holds no key, and a relative
+  // path would depend on the agent's working directory.
+  EXPECT_NE(Refusal(R"({"namespaces": {"a": {"decryptionKeys": ["keys/a.pem"]}}})")
+                .find("`namespaces.a.decryptionKeys[0]` is \"keys/a.pem\", not an absolute path"),
+            std::string::npos);
+  EXPECT_NE(Refusal(R"({"namespaces": {"a": {"encryptionRecipients": "/a.pub"}}})")
+                .find("`namespaces.a.encryptionRecipients` is \"/a.pub\", not an array of absolute paths"),
+            std::string::npos);
+  EXPECT_NE(Refusal(R"({"namespaces": {"a": {"encryptionSecretFile": ["/s"]}}})")
+                .find("`namespaces.a.encryptionSecretFile` is [\"/s\"], not an absolute path"),
+            std::string::npos);
+  EXPECT_NE(Refusal(R"({"namespaces": {"a": {"requireEncryption": "yes"}}})")
+                .find("`namespaces.a.requireEncryption` is \"yes\", not true or false"),
+            std::string::npos);
   // A member given twice would let the second silently win.
   EXPECT_NE(Refusal(R"({"namespaces": {"a": {"restoreUnowned": false, "restoreUnowned": true}}})")
                 .find("member `restoreUnowned` is given twice"),
@@ -139,6 +162,18 @@ TEST(RepositoryAllowed, UnderAPrefixOnAPathComponentBoundary) {
             std::string::npos)
       << none.message();
   EXPECT_EQ(RepositoryAllowed(Ref("registry.example:5000/team-a:v1"), "team-b", c).code(), Code::kPermissionDenied);
+}
+
+TEST(MayPush, InTheClearOnlyWhereEncryptionIsNotRequired) {
+  TenancyConfig c = Sample();
+  EXPECT_TRUE(MayPush(Ref("registry.example:5000/team-a:v1"), false, "team-a", c).ok());
+  EXPECT_TRUE(MayPush(Ref("registry.example:5000/team-b:v1"), true, "team-b", c).ok());
+  Status st = MayPush(Ref("registry.example:5000/team-b:v1"), false, "team-b", c);
+  EXPECT_EQ(st.code(), Code::kPermissionDenied);
+  EXPECT_EQ(st.message(),
+            "namespace `team-b` must encrypt what it pushes (requireEncryption), and has no recipients to push "
+            "`registry.example:5000/team-b:v1` for: give them in its Secret `gpusnap`, or as encryptionRecipients in "
+            "the administrator's tenancy configuration");
 }
 
 TEST(CredentialsToUse, TheNamespacesOwnElseTheAgentsOnlyWhereAllowed) {

@@ -4,6 +4,7 @@
 under the same tenant secret moves nothing, and a missing or wrong key or an
 altered blob is refused with one line and the store as it was. The workload
 (python holding a known secret) and CRIU are real."""
+import base64
 import hashlib
 import json
 import os
@@ -30,6 +31,37 @@ def openssl(*args):
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
+def files_holding(directory, needle):
+    """The files under `directory` whose bytes hold `needle`."""
+    found = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                if needle in f.read():
+                    found.append(os.path.join(root, name))
+    return found
+
+
+def alter_blob(reg, repo, manifest, layer, tag):
+    """A byte of `layer`'s blob flipped, uploaded under its own digest, and
+    `manifest` naming it pushed as `tag`: the digests match, only the HMAC can
+    tell."""
+    with open(reg.blob_path(layer["digest"]), "rb") as f:
+        data = bytearray(f.read())
+    data[len(data) // 2] ^= 1
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    req = urllib.request.Request(f"{reg.url}/v2/{repo}/blobs/uploads/", method="POST")
+    location = urllib.request.urlopen(req).headers["Location"]
+    location = location if location.startswith("http") else reg.url + location
+    sep = "&" if "?" in location else "?"
+    urllib.request.urlopen(urllib.request.Request(f"{location}{sep}digest={digest}", data=bytes(data), method="PUT",
+                                                  headers={"Content-Type": "application/octet-stream"}))
+    layer["digest"] = digest
+    urllib.request.urlopen(urllib.request.Request(
+        f"{reg.url}/v2/{repo}/manifests/{tag}", data=json.dumps(manifest).encode(), method="PUT",
+        headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"}))
+
+
 class TenantKeys:
     """A tenant's key pair, another's, and the tenant secret, in files of mode 0600."""
 
@@ -40,9 +72,13 @@ class TenantKeys:
         self.other_pub, self.other_priv = self.key_pair("other")
         self.secret_file = self.owner_only("secret", os.urandom(32))
 
-    def key_pair(self, name):
+    def key_pair(self, name, curve=None):
+        """An RSA pair, or an EC pair on `curve` (P-256, P-384, P-521)."""
         priv, pub = (os.path.join(self.keys, f"{name}{s}") for s in ("-priv.pem", "-pub.pem"))
-        openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", priv)
+        if curve:
+            openssl("genpkey", "-algorithm", "EC", "-pkeyopt", f"ec_paramgen_curve:{curve}", "-out", priv)
+        else:
+            openssl("genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out", priv)
         os.chmod(priv, 0o600)
         openssl("pkey", "-in", priv, "-pubout", "-out", pub)
         return pub, priv
@@ -58,7 +94,9 @@ class TenantKeys:
         return ["--encryption-key", f"jwe:{self.pub}", "--encryption-secret-file", self.secret_file]
 
 
-class EncryptedPushPull(TenantKeys, RegistryMixin, GpusnapCase):
+class HolderCase(TenantKeys, RegistryMixin, GpusnapCase):
+    """The holder of a known secret, checkpointed, and a registry to push it to."""
+
     def setUp(self):
         super().setUp()
         require_registry(self)
@@ -90,17 +128,12 @@ class EncryptedPushPull(TenantKeys, RegistryMixin, GpusnapCase):
         return self.push(*self.encryption_flags(), *extra, ref=ref)
 
     def stored_files_holding(self, needle):
-        found = []
-        for root, _, files in os.walk(self.reg.storage_dir):
-            for name in files:
-                with open(os.path.join(root, name), "rb") as f:
-                    if needle in f.read():
-                        found.append(os.path.join(root, name))
-        return found
+        return files_holding(self.reg.storage_dir, needle)
 
     def manifest(self, ref):
         return json.loads(self.skopeo("inspect", "--raw", "--tls-verify=false", f"docker://{ref}").stdout)
 
+class EncryptedPushPull(HolderCase):
     def test_plaintext_is_never_at_rest_in_the_registry(self):
         self.encrypted()
         self.assertEqual(self.stored_files_holding(self.secret), [])
@@ -181,25 +214,8 @@ class EncryptedPushPull(TenantKeys, RegistryMixin, GpusnapCase):
         self.encrypted()
         m = self.manifest(self.ref)
         layer = max(m["layers"], key=lambda l: l["size"])
-        with open(self.reg.blob_path(layer["digest"]), "rb") as f:
-            data = bytearray(f.read())
-        data[len(data) // 2] ^= 1
-        # The altered bytes under their own digest, in a manifest that names them:
-        # the digests match, only the HMAC can tell.
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
         repo = "team/holder"
-        req = urllib.request.Request(f"{self.reg.url}/v2/{repo}/blobs/uploads/", method="POST")
-        location = urllib.request.urlopen(req).headers["Location"]
-        location = location if location.startswith("http") else self.reg.url + location
-        sep = "&" if "?" in location else "?"
-        urllib.request.urlopen(urllib.request.Request(f"{location}{sep}digest={digest}", data=bytes(data),
-                                                      method="PUT",
-                                                      headers={"Content-Type": "application/octet-stream"}))
-        layer["digest"] = digest
-        body = json.dumps(m).encode()
-        urllib.request.urlopen(urllib.request.Request(
-            f"{self.reg.url}/v2/{repo}/manifests/altered", data=body, method="PUT",
-            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"}))
+        alter_blob(self.reg, repo, m, layer, "altered")
         node_b = self.other_store("store-b")
         altered = f"{self.reg.host}/{repo}:altered"
         p = self.gs("restore", altered, "--plain-http", "--decryption-key", self.priv, env=node_b, check=False)
@@ -250,6 +266,116 @@ class EncryptedPushPull(TenantKeys, RegistryMixin, GpusnapCase):
         self.assertNotEqual(p.returncode, 0)
 
 
+class EcRecipients(HolderCase):
+    """EC recipients (ECDH-ES+A256KW), both ways with skopeo (ocicrypt)."""
+
+    def test_skopeo_decrypts_what_gpusnap_encrypted_for_ec_keys(self):
+        pub256, priv256 = self.key_pair("ec256", curve="P-256")
+        pub521, priv521 = self.key_pair("ec521", curve="P-521")
+        self.push("--encryption-key", f"jwe:{pub256}", "--encryption-key", f"jwe:{pub521}",
+                  "--encryption-secret-file", self.secret_file)
+        algs = {r["header"]["alg"] for l in self.manifest(self.ref)["layers"]
+                for r in json.loads(base64.b64decode(l["annotations"]["org.opencontainers.image.enc.keys.jwe"]))[
+                    "recipients"]}
+        self.assertEqual(algs, {"ECDH-ES+A256KW"})
+        clear_ref = f"{self.reg.host}/team/clear:v1"
+        self.push(ref=clear_ref)
+        for priv in (priv256, priv521):
+            layout = os.path.join(self.tmp, "layout-" + os.path.basename(priv))
+            self.skopeo("copy", "--src-tls-verify=false", "--decryption-key", priv, f"docker://{self.ref}",
+                        f"oci:{layout}:v1")
+            self.assertEqual(self.layout_layers(layout), self.layers_by_title(self.manifest(clear_ref)))
+        p = self.skopeo("copy", "--src-tls-verify=false", "--decryption-key", self.priv, f"docker://{self.ref}",
+                        f"oci:{self.tmp}/layout-rsa:v1", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        # gpusnap restores it with either EC key, not with another key of the curve.
+        node_b = self.other_store("store-b")
+        _, stranger = self.key_pair("stranger", curve="P-256")
+        p = self.gs("pull", self.ref, "--plain-http", "--decryption-key", stranger, env=node_b, check=False)
+        self.assertIn("is encrypted for other recipients", self.one_line_error(p))
+        self.assertEqual(self.store_is_empty(node_b), [])
+        out = self.gs_json("restore", self.ref, "--plain-http", "--decryption-key", priv521, "--name", "copy",
+                           env=node_b)
+        self.assertTrue(self.alive(out["pid"]))
+
+    def test_gpusnap_decrypts_what_skopeo_encrypted_for_an_ec_key(self):
+        # skopeo encrypts only container images' layer types (docs/DISTRIBUTION.md):
+        # the files of a push in the clear are copied to an OCI layout and
+        # typed as tar layers there, skopeo encrypts that copy for an EC key
+        # (its own keys, its own JWE), and the manifest it pushed is typed
+        # back as gpusnap's. Every encrypted byte and wrapped key is skopeo's.
+        pub, priv = self.key_pair("ec384", curve="P-384")
+        clear_ref = f"{self.reg.host}/team/clear:v1"
+        self.push(ref=clear_ref)
+        layout = os.path.join(self.tmp, "clear-layout")
+        self.skopeo("copy", "--src-tls-verify=false", f"docker://{clear_ref}", f"oci:{layout}:v1")
+        file_type, tar_type = "application/vnd.gpusnap.snapshot.file.v1", "application/vnd.oci.image.layer.v1.tar"
+        self.retype_layout(layout, file_type, tar_type)
+        skopeo_ref = f"{self.reg.host}/team/by-skopeo"
+        self.skopeo("copy", "--dest-tls-verify=false", "--encryption-key", f"jwe:{pub}", f"oci:{layout}:v1",
+                    f"docker://{skopeo_ref}:tar")
+        m = self.manifest(f"{skopeo_ref}:tar")
+        self.assertTrue(all(l["mediaType"] == tar_type + "+encrypted" for l in m["layers"]), m)
+        jwe = json.loads(base64.b64decode(m["layers"][0]["annotations"]["org.opencontainers.image.enc.keys.jwe"]))
+        # skopeo 1.9 writes one recipient in the flattened serialization, its
+        # algorithm and ephemeral key in the protected header.
+        self.assertNotIn("recipients", jwe)
+        header = json.loads(base64.urlsafe_b64decode(jwe["protected"] + "=" * (-len(jwe["protected"]) % 4)))
+        self.assertEqual((header["alg"], header["epk"]["crv"]), ("ECDH-ES+A256KW", "P-384"))
+        for l in m["layers"]:
+            l["mediaType"] = file_type + "+encrypted"
+        self.put_manifest("team/by-skopeo", "gpusnap", m)
+
+        node_b = self.other_store("store-b")
+        ref = f"{skopeo_ref}:gpusnap"
+        p = self.gs("pull", ref, "--plain-http", env=node_b, check=False)
+        self.assertIn(f"`{ref}` is encrypted", self.one_line_error(p))
+        # Nothing published; its config being plaintext, the pull got as far
+        # as its first encrypted file, and the next pull goes on from there.
+        self.store_is_empty(node_b)
+        pulled = self.gs_json("pull", ref, "--plain-http", "--decryption-key", priv, env=node_b)
+        self.assertEqual(pulled["id"], self.snap)
+        self.gs("inspect", "--verify", self.snap, env=node_b)
+        out = self.gs_json("restore", self.snap, "--name", "from-skopeo", env=node_b)
+        self.assertTrue(self.alive(out["pid"]))
+
+    # --- helpers -------------------------------------------------------------
+    def layers_by_title(self, manifest):
+        return {l["annotations"]["org.opencontainers.image.title"]: (l["mediaType"], l["digest"])
+                for l in manifest["layers"]}
+
+    def layout_manifest_path(self, layout):
+        with open(os.path.join(layout, "index.json")) as f:
+            top = json.load(f)["manifests"][0]["digest"]
+        return os.path.join(layout, "blobs/sha256", top.split(":")[1])
+
+    def layout_layers(self, layout):
+        with open(self.layout_manifest_path(layout)) as f:
+            return self.layers_by_title(json.load(f))
+
+    def retype_layout(self, layout, old, new):
+        """The layout's manifest with its layers of type `old` typed `new`, and its index naming it."""
+        with open(self.layout_manifest_path(layout)) as f:
+            m = json.load(f)
+        for l in m["layers"]:
+            if l["mediaType"] == old:
+                l["mediaType"] = new
+        body = json.dumps(m).encode()
+        digest = hashlib.sha256(body).hexdigest()
+        with open(os.path.join(layout, "blobs/sha256", digest), "wb") as f:
+            f.write(body)
+        with open(os.path.join(layout, "index.json")) as f:
+            index = json.load(f)
+        index["manifests"][0].update({"digest": "sha256:" + digest, "size": len(body)})
+        with open(os.path.join(layout, "index.json"), "w") as f:
+            json.dump(index, f)
+
+    def put_manifest(self, repo, tag, manifest):
+        urllib.request.urlopen(urllib.request.Request(
+            f"{self.reg.url}/v2/{repo}/manifests/{tag}", data=json.dumps(manifest).encode(), method="PUT",
+            headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"}))
+
+
 class EncryptedChunks(TenantKeys, RegistryMixin, WorkerSteps, FakeGpuCase):
     """gpushare chunks encrypted: unnamed in the manifest, named again by the
     pull from the decrypted chunk manifests, moved once per tenant secret."""
@@ -287,6 +413,15 @@ class EncryptedChunks(TenantKeys, RegistryMixin, WorkerSteps, FakeGpuCase):
         self.assertGreater(b["blobs_skipped"], 0)
         self.assertLess(b["bytes_moved"], a["bytes_moved"])
         self.gs("inspect", "--verify", second, env=node_b)
+        # A flipped byte of an encrypted chunk: its HMAC refuses it, naming it, and the store keeps no chunk of it.
+        m = json.loads(self.skopeo("inspect", "--raw", "--tls-verify=false", f"docker://{ref}:two").stdout)
+        chunk = next(l for l in m["layers"] if l["mediaType"].endswith("chunk.v1+encrypted") and
+                     l["digest"] not in {x["digest"] for x in layers("one")})
+        alter_blob(self.reg, "team/vmm", m, chunk, "altered")
+        node_c = dict(self.gpu_env, GPUSNAP_STORE=os.path.join(self.tmp, "store-c"))
+        p = self.gs("pull", ref + ":altered", "--plain-http", "--decryption-key", self.priv, env=node_c, check=False)
+        self.assertRegex(self.one_line_error(p), r"chunk [0-9a-f]{32} does not match its HMAC")
+        self.assertEqual(self.gs_json("ls", env=node_c), [])
         self.set_device_state(2)
         out = self.gs_json("restore", second, "--name", "copy", env=node_b)
         self.assertGreater(out["pid"], 0)

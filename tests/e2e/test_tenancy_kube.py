@@ -85,10 +85,10 @@ class TenancyCase(PlaceholderCase):
     def repository(self, path):
         return f"{self.registry.host}/{path}"
 
-    def start_kube_agent(self):
+    def start_kube_agent(self, *extra):
         agent = self.start_agent("--kube", "--node-name", NODE, "--kubeconfig", self.api.kubeconfig,
                                  "--kubelet-log-dir", self.kubelet_logs, "--tenancy", self.tenancy_file,
-                                 "--ca-file", self.registry.ca_file, "--registry-config", self.agent_config)
+                                 "--ca-file", self.registry.ca_file, "--registry-config", self.agent_config, *extra)
         agent.wait_line(f"kube: 0 placeholder pod(s) on node {NODE}")
         return agent
 

@@ -115,6 +115,7 @@ class NamespaceSecrets {
     if (!secret.ok()) return secret.status().Wrap("reading " + what);
     NamespaceCredentials out;
     GPUSNAP_ASSIGN_OR_RETURN(out.docker_config, NamespaceDockerConfig(*secret, what));
+    GPUSNAP_ASSIGN_OR_RETURN(out.keys, KeysOfSecret(*secret, what));
     out.file = fmt::format("{}/{}.json", dir_, ns);
     MutexLock lock(mu_);
     GPUSNAP_RETURN_IF_ERROR(MakeDirs(dir_, 0700));

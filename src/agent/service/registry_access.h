@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/service/namespace_keys.h"
 #include "gpusnap/distribution.h"
 #include "gpusnap/status.h"
 #include "k8s/kube_client.h"
@@ -62,15 +63,18 @@ inline constexpr std::string_view kNamespaceSecret = "gpusnap";
 // credentials: `{"auths":{}}`). Errors name the Secret, never its content.
 Result<std::string> NamespaceDockerConfig(const nlohmann::json& secret, std::string_view name);
 
-// A namespace's credentials: its Secret's docker config, and the file of
-// mode 0600 that holds it for the registry client.
+// A namespace's credentials: its Secret's docker config, the file of mode
+// 0600 that holds it for the registry client, and the keys the Secret holds
+// (agent/service/namespace_keys.h).
 struct NamespaceCredentials {
   std::string docker_config;
   std::string file;
+  KeyMaterial keys;
 };
 
 // What ServiceOptions::namespace_credentials asks for: Secret
-// <namespace>/gpusnap read through `kube` at each call and written to
+// <namespace>/gpusnap read through `kube` at each call, its keys parsed
+// (KeysOfSecret), its docker config written to
 // <run_dir>/namespaces/<namespace>.json (the directories made with mode
 // 0700). kPermissionDenied when the namespace has none: it has not opted in.
 // Thread-safe.

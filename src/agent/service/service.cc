@@ -222,11 +222,15 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
   if (!settings.ok()) return Refused{FromStatus(settings.status()), ""};
   // The pod's push-to is its namespace's to use, with its credentials; the
   // request's is the administrator's.
-  std::optional<RegistryAccess> push_access;
+  std::optional<RegistryUse> push_access;
   if (!settings->push_to.empty()) {
     if (tenant && settings->push_to_from_pod) {
       auto ref = ParseRegistryReference(settings->push_to);  // checked by PushToOfPod: cannot fail here
-      auto access = ref.ok() ? TenantAccess(*tenant, *ref) : Result<RegistryAccess>(ref.status());
+      auto access = ref.ok() ? TenantAccess(*tenant, *ref) : Result<RegistryUse>(ref.status());
+      if (access.ok())
+        if (Status st = tenancy::MayPush(*ref, access->encryption != nullptr, tenant->namespace_name, tenant->config);
+            !st.ok())
+          access = st;
       if (!access.ok()) {
         Status refused = access.status().Wrap(fmt::format("pod {}/{}: annotation {} `{}` refused", pod->namespace_name,
                                                           pod->name, k8s::kAnnotationPushTo, settings->push_to));
@@ -311,13 +315,14 @@ void Service::RecordCapturePathOnPod(const std::string& id, const container::Pod
 }
 
 Status Service::PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference,
-                             const std::optional<RegistryAccess>& tenant_access) {
+                             const std::optional<RegistryUse>& tenant) {
   // The snapshot is published whatever becomes of the push.
   auto failed = [&](const Status& st) {
     return st.Wrap(fmt::format("snapshot `{}` is in the store; pushing it to `{}` failed", snapshot, reference));
   };
-  auto access = tenant_access ? Result<RegistryAccess>(*tenant_access) : Access();
+  auto access = tenant ? Result<RegistryAccess>(tenant->access) : Access();
   if (!access.ok()) return failed(access.status());
+  std::shared_ptr<const EncryptionKeys> encryption = tenant ? tenant->encryption : options_.encryption;
   // Checked when the request or the pod named it (request.cc, PushToOfPod); kept as text in the job.
   auto ref = ParseRegistryReference(reference);
   if (!ref.ok()) return failed(ref.status());
@@ -326,7 +331,7 @@ Status Service::PushSnapshot(const std::string& id, const std::string& snapshot,
                       .reference = *ref,
                       .mount_from = "",
                       .signing_key = nullptr,
-                      .encryption = nullptr,  // the agent pushes in the clear until a tenant's keys are configured
+                      .encryption = encryption,
                       .access = *access,
                       .progress = [this, id](const ProgressEvent& e) { OnTransferProgress(id, e); }});
   if (!pushed.ok()) return failed(pushed.status());
@@ -334,9 +339,11 @@ Status Service::PushSnapshot(const std::string& id, const std::string& snapshot,
   Job& job = jobs_.at(id);
   FinishTransfer(job, *pushed);
   Journal(job);
-  options_.log(fmt::format("job {}: pushed `{}` to {} ({}): {} of {} blobs uploaded, {}", id, snapshot, reference,
-                           pushed->manifest_digest, pushed->blobs_moved, pushed->blobs,
-                           HumanBytes(pushed->bytes_moved)));
+  options_.log(fmt::format("job {}: pushed `{}` to {} ({}){}: {} of {} blobs uploaded, {}", id, snapshot, reference,
+                           pushed->manifest_digest,
+                           encryption ? fmt::format(", encrypted for {} recipient(s)", encryption->recipients.size())
+                                      : "",
+                           pushed->blobs_moved, pushed->blobs, HumanBytes(pushed->bytes_moved)));
   return Status::Ok();
 }
 
@@ -354,16 +361,24 @@ Result<std::optional<Service::Tenant>> Service::TenantOf(const std::string& name
   return std::optional<Tenant>(std::move(tenant));
 }
 
-Result<RegistryAccess> Service::TenantAccess(const Tenant& tenant, const RegistryReference& reference) const {
+Result<Service::RegistryUse> Service::TenantAccess(const Tenant& tenant, const RegistryReference& reference) const {
   GPUSNAP_ASSIGN_OR_RETURN(
       auto source, tenancy::CredentialsToUse(reference, tenant.namespace_name, tenant.credentials.docker_config,
                                              fmt::format("Secret {}/{}", tenant.namespace_name, kNamespaceSecret),
                                              tenant.config));
-  // The agent's settings either way (its CA, plain HTTP, timeouts); its
-  // credentials only where the administrator lets them serve the namespace.
-  GPUSNAP_ASSIGN_OR_RETURN(RegistryAccess access, Access());
-  if (source == tenancy::CredentialsSource::kNamespace) access.credentials_file = tenant.credentials.file;
-  return access;
+  // The agent's settings either way (its CA, plain HTTP, timeouts, policy);
+  // its credentials only where the administrator lets them serve the
+  // namespace, its keys never.
+  RegistryUse use;
+  GPUSNAP_ASSIGN_OR_RETURN(use.access, Access());
+  if (source == tenancy::CredentialsSource::kNamespace) use.access.credentials_file = tenant.credentials.file;
+  GPUSNAP_ASSIGN_OR_RETURN(KeyMaterial administrators,
+                           ReadKeyFiles(tenant.config.For(tenant.namespace_name).keys, tenant.namespace_name));
+  GPUSNAP_ASSIGN_OR_RETURN(NamespaceKeys keys,
+                           CombineNamespaceKeys(tenant.credentials.keys, administrators, tenant.namespace_name));
+  use.access.decryption_keys = keys.decryption;
+  use.encryption = keys.encryption;
+  return use;
 }
 
 RestoreOptions Service::RestoreOptionsFor(const RestoreRequest& request) const {
@@ -403,7 +418,7 @@ std::variant<Accepted, Refused> Service::StartRestore(const RestoreRequest& requ
                                                                  k8s::kAnnotationRestoreFrom,
                                                                  request.source.ToString()))),
                      ""};
-    o.registry = std::move(*access);
+    o.registry = std::move(access->access);
   }
   // Into a container: refused now (404, 409) unless it is an idle placeholder;
   // the restore checks again when it starts.

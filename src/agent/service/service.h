@@ -46,8 +46,12 @@
 // the snapshot's metadata (a reference's, once its files are pulled), before
 // CRIU runs; a pod's gpusnap.io/restore-from and gpusnap.io/push-to name only
 // repositories tenancy::RepositoryAllowed gives its namespace, reached with
-// the credentials tenancy::CredentialsToUse picks. A request's own pushTo is
-// the administrator's: the agent's credentials. A checkpoint records the pod
+// the credentials tenancy::CredentialsToUse picks, and with the namespace's
+// keys (namespace_keys.h): its pulls open encrypted artifacts with them, its
+// pushes are encrypted for them (tenancy::MayPush refuses one in the clear
+// where the namespace must encrypt), never with the agent's own. A request's
+// own pushTo is the administrator's: the agent's credentials and keys. A
+// checkpoint records the pod
 // it took as the snapshot's owner (gpusnap.json `owner`).
 //
 // GPU: when the node has a CUDA driver, the agent loads it once at Open and
@@ -110,6 +114,11 @@ struct ServiceOptions {
   // read from a Secret are read again each time; agent/service/registry_access.h).
   // Unset: RegistryAccess's defaults.
   std::function<Result<RegistryAccess>()> registry;
+  // Whom the API's callers' pushes (a request's pushTo) are encrypted for
+  // (`gpusnap agent --encryption-key`); none: in the clear. A pod's push-to
+  // uses its namespace's keys instead, never these, and a placeholder's pull
+  // its namespace's private keys, never `registry`'s (namespace_keys.h).
+  std::shared_ptr<const EncryptionKeys> encryption;
   // A pod as the API server has it, for what its annotations ask of its
   // checkpoints (agent/service/pod_annotations.h); nullopt for a pod the server does
   // not know. Unset: pods are not asked (no Kubernetes API server).
@@ -223,9 +232,15 @@ class Service {
   // The namespace's: kPermissionDenied when it has not opted in; the
   // configuration's error when it is bad.
   Result<std::optional<Tenant>> TenantOf(const std::string& namespace_name) const;
+  // How a transfer reaches its registry, and whom a push encrypts for.
+  struct RegistryUse {
+    RegistryAccess access;
+    std::shared_ptr<const EncryptionKeys> encryption;
+  };
   // How a tenant reaches `reference`: refused where its namespace may not use
-  // it; its own credentials, or the agent's where the configuration allows.
-  Result<RegistryAccess> TenantAccess(const Tenant& tenant, const RegistryReference& reference) const;
+  // it; its own credentials, or the agent's where the configuration allows;
+  // its namespace's keys (namespace_keys.h), never the agent's.
+  Result<RegistryUse> TenantAccess(const Tenant& tenant, const RegistryReference& reference) const;
   Status RunRestore(const std::string& id, RestoreOptions o, const std::optional<Tenant>& tenant,
                     const std::optional<container::PodRef>& pod) EXCLUDES(mu_);
   // Job `id` reads `snapshot` from now on, once no checkpoint writes it
@@ -257,9 +272,9 @@ class Service {
   // Best effort: the checkpoint is done whatever the API server answers.
   void RecordCapturePathOnPod(const std::string& id, const container::PodRef& pod,
                               const CapturePathRecord& chosen) const;
-  // `access`: a tenant's (TenantAccess); unset: the agent's own.
+  // `tenant`: a tenant's access and keys (TenantAccess); unset: the agent's own.
   Status PushSnapshot(const std::string& id, const std::string& snapshot, const std::string& reference,
-                      const std::optional<RegistryAccess>& access) EXCLUDES(mu_);
+                      const std::optional<RegistryUse>& tenant) EXCLUDES(mu_);
   Result<RegistryAccess> Access() const;
   // What every restore this agent runs shares (the store, the bundle, its
   // CRIU config, the timeout) and what the request asks (the source, the

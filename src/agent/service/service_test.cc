@@ -3,6 +3,8 @@
 #include "agent/service/service.h"
 
 #include <gtest/gtest.h>
+#include <openssl/ec.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -107,6 +109,15 @@ class AgentServiceTest : public ::testing::Test {
     return *service.GetJob(id);
   }
 
+  // Restores that succeed at once, each one's options kept in `seen` (under `mu`).
+  void RecordRestores(std::vector<RestoreOptions>& seen, std::mutex& mu) {
+    options_.restore = [&seen, &mu](const RestoreOptions& o) -> Result<RestoreResult> {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(o);
+      return RestoreResult{};
+    };
+  }
+
   Job Journaled(const std::string& id) {
     auto text = ReadFile(options_.state_dir + "/jobs/" + id + ".json");
     EXPECT_TRUE(text.ok()) << text.status().ToString();
@@ -125,13 +136,16 @@ class AgentServiceTest : public ::testing::Test {
 
   // Tenancy as --kube gives it: `config` the administrator's file, and the
   // namespaces that have opted in with their Secrets' docker configs.
-  void Tenancy(const std::string& config, std::map<std::string, std::string> opted_in) {
+  // `keys`: what their Secrets hold of keys.
+  void Tenancy(const std::string& config, std::map<std::string, std::string> opted_in,
+               std::map<std::string, KeyMaterial> keys = {}) {
     options_.tenancy = [config] { return tenancy::ParseTenancyConfig(config, "tenancy.json"); };
-    options_.namespace_credentials = [this, opted_in](const std::string& ns) -> Result<NamespaceCredentials> {
+    options_.namespace_credentials = [this, opted_in, keys](const std::string& ns) -> Result<NamespaceCredentials> {
       auto it = opted_in.find(ns);
       if (it == opted_in.end())
         return Status::Error(Code::kPermissionDenied, "namespace `{}` has not opted in to gpusnap", ns);
-      return NamespaceCredentials{it->second, root_ + "/ns-" + ns + ".json"};
+      return NamespaceCredentials{it->second, root_ + "/ns-" + ns + ".json",
+                                  keys.count(ns) ? keys.at(ns) : KeyMaterial{}};
     };
   }
 
@@ -668,11 +682,7 @@ TEST_F(AgentServiceTest, ANamespaceThatHasNotOptedInIsRefusedBeforeAnything) {
 TEST_F(AgentServiceTest, APodPullsOnlyFromItsRepositoriesWithItsOwnCredentials) {
   std::vector<RestoreOptions> seen;
   std::mutex mu;
-  options_.restore = [&](const RestoreOptions& o) -> Result<RestoreResult> {
-    std::lock_guard<std::mutex> lock(mu);
-    seen.push_back(o);
-    return RestoreResult{};
-  };
+  RecordRestores(seen, mu);
   const std::string agents = root_ + "/agent-auth.json";
   options_.registry = [agents]() -> Result<RegistryAccess> {
     RegistryAccess a;
@@ -706,6 +716,43 @@ TEST_F(AgentServiceTest, APodPullsOnlyFromItsRepositoriesWithItsOwnCredentials) 
   EXPECT_EQ(seen[0].registry.ca_file, "/etc/registry-ca.pem");
   EXPECT_EQ(seen[1].registry.credentials_file, agents);
   EXPECT_EQ(seen[2].registry.credentials_file, agents);
+}
+
+TEST_F(AgentServiceTest, APodsPullOpensWithItsNamespacesKeysNeverTheAgents) {
+  std::vector<RestoreOptions> seen;
+  std::mutex mu;
+  RecordRestores(seen, mu);
+  // The agent's own key (`gpusnap agent --decryption-key`) and team-b's Secret's.
+  registry::Pkey agents_key(EVP_EC_gen("P-256")), b_key(EVP_EC_gen("P-256"));
+  auto agents = std::make_shared<DecryptionKeys>();
+  agents->keys = {agents_key};
+  options_.registry = [agents]() -> Result<RegistryAccess> {
+    RegistryAccess a;
+    a.decryption_keys = agents;
+    return a;
+  };
+  Tenancy(R"({"namespaces": {"team-b": {"repositories": ["127.0.0.1:5000/shared"]},
+                             "team-c": {"repositories": ["127.0.0.1:5000/shared"]}}})",
+          {{"team-b", "{}"}, {"team-c", "{}"}}, {{"team-b", KeyMaterial{{b_key}, {}, std::nullopt}}});
+  auto service = Service::Open(options_);
+  ASSERT_TRUE(service.ok()) << service.status().ToString();
+
+  const std::string ref = "127.0.0.1:5000/shared/vllm:warm";
+  EXPECT_EQ(Finished(**service, (*service)->StartRestore(RestoreOf(ref), kPodOfB)).state, JobState::kSucceeded);
+  container::PodRef of_c{"team-c", "p", "c"};
+  EXPECT_EQ(Finished(**service, (*service)->StartRestore(RestoreOf(ref), of_c)).state, JobState::kSucceeded);
+  EXPECT_EQ(Finished(**service, (*service)->StartRestore(RestoreOf(ref))).state, JobState::kSucceeded);
+  ASSERT_EQ(seen.size(), 3u);
+  // team-b: its own key alone.
+  ASSERT_NE(seen[0].registry.decryption_keys, nullptr);
+  ASSERT_EQ(seen[0].registry.decryption_keys->keys.size(), 1u);
+  EXPECT_EQ(seen[0].registry.decryption_keys->keys[0].get(), b_key.get());
+  // team-c has none: none, and its refusals say whose keys they were.
+  ASSERT_NE(seen[1].registry.decryption_keys, nullptr);
+  EXPECT_TRUE(seen[1].registry.decryption_keys->keys.empty());
+  EXPECT_EQ(seen[1].registry.decryption_keys->given, "decryption keys of namespace `team-c`");
+  // The API's caller, an administrator: the agent's.
+  EXPECT_EQ(seen[2].registry.decryption_keys, agents);
 }
 
 }  // namespace
