@@ -45,6 +45,21 @@ Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& c
   return gpu;
 }
 
+std::optional<control::PreloadedMemory> AdoptOrSay(const std::vector<control::ShimProcess>& procs,
+                                                   Result<control::PreloadedMemory> made,
+                                                   std::map<std::string, double>& timings, const ProgressFn& progress) {
+  std::optional<control::PreloadedMemory> preloaded;
+  Status adopted = made.status();
+  if (made.ok()) {
+    timings["gpushare-preload-map"] = made->map_seconds();
+    timings["gpushare-preload-fill"] = made->fill_seconds();
+    adopted = control::AdoptPreloaded(procs, *(preloaded = std::move(*made)), timings);
+  }
+  if (!adopted.ok() && progress)
+    progress({"gpushare-preload: " + adopted.message() + "; the processes load that memory themselves", 0, 0, false});
+  return preloaded;
+}
+
 void StartGpusharePreload(GpuRestore& gpu, const SnapshotMeta& meta, std::chrono::milliseconds arrival_wait,
                           chunks::ChunkStore::Bringer bringer, unsigned threads) {
   gpu.preload = control::StartPreload(gpu.session, gpu.chunk_store, gpu.gpu_dir, meta.gpu->ns_pids,
@@ -74,17 +89,7 @@ Result<std::vector<control::ShimProcess>> RestoreGpuProcesses(const GpuStep& ste
   if (step.gpu->preload.valid()) {
     Timed<Result<control::PreloadedMemory>> made = step.gpu->preload.get();
     phases.timings()["gpushare-preload"] = made.seconds;
-    if (made.value.ok()) {
-      phases.timings()["gpushare-preload-map"] = made.value->map_seconds();
-      phases.timings()["gpushare-preload-fill"] = made.value->fill_seconds();
-    }
-    Status adopted = made.value.ok()
-                         ? control::AdoptPreloaded(procs, *(preloaded = std::move(*made.value)), phases.timings())
-                         : made.value.status();
-    // Only an optimisation: what was not adopted, the processes load.
-    if (!adopted.ok() && step.progress)
-      step.progress({"gpushare-preload: " + adopted.message() + "; the processes load that memory themselves",
-                     0, 0, false});
+    preloaded = AdoptOrSay(procs, std::move(made.value), phases.timings(), step.progress);
   }
   PauseIfRequested("gpushare-load");
   if (step.before_load) GPUSNAP_RETURN_IF_ERROR(step.before_load().Wrap(step.failed));

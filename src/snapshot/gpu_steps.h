@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -60,6 +61,14 @@ Result<GpuRestore> PlanGpuRestore(const SnapshotMeta& meta, const std::string& c
 // (gpushare/control/preload.h), on the mapped GPUs, from the pinned tier
 // where it has the chunks. `arrival_wait` and
 // `bringer` as StartPreload takes them (a restore that pulls as it goes).
+// Hands what a preload made to the processes (`adopt`) and records its map
+// and fill times. Only an optimisation: a failure is said through `progress`,
+// and the processes load that memory themselves. The memory returned is to be
+// kept until their load is over.
+std::optional<gpushare::control::PreloadedMemory> AdoptOrSay(
+    const std::vector<gpushare::control::ShimProcess>& procs, Result<gpushare::control::PreloadedMemory> made,
+    std::map<std::string, double>& timings, const ProgressFn& progress);
+
 void StartGpusharePreload(GpuRestore& gpu, const SnapshotMeta& meta, std::chrono::milliseconds arrival_wait,
                           chunks::ChunkStore::Bringer bringer, unsigned threads);
 

@@ -24,13 +24,9 @@
 // control layer's undo) and left the record alone; a resume that fails
 // before its load leaves the processes released, and a failed load frees
 // what it loaded (the shim), so the workload stays suspended, whole.
-#include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <memory>
 #include <optional>
-#include <string_view>
-#include <thread>
 
 #include "cuda/driver.h"
 #include "cuda/gpu_session.h"
@@ -41,6 +37,7 @@
 #include "gpushare/control/preload.h"
 #include "gpushare/control/tree.h"
 #include "proc/proc.h"
+#include "snapshot/gpu_steps.h"
 #include "snapshot/phases.h"
 #include "util/test_hooks.h"
 #include "util/undo.h"
@@ -97,13 +94,9 @@ std::string What(const InPlaceOptions& options) {
 }
 
 // The released memory of `procs`, made and filled here on the GPU each
-// allocation was on, for them to adopt (preload.h); an invalid result when
-// the preload is off (GPUSNAP_GPUSHARE_PRELOAD=0).
-Result<std::optional<control::PreloadedMemory>> PreloadReleased(const std::vector<control::ShimProcess>& procs,
-                                                                const std::string& store,
-                                                                const GpuResources& resources) {
-  if (const char* on = std::getenv("GPUSNAP_GPUSHARE_PRELOAD"); on != nullptr && std::string_view(on) == "0")
-    return std::optional<control::PreloadedMemory>();
+// allocation was on, for them to adopt (preload.h).
+Result<control::PreloadedMemory> PreloadReleased(const std::vector<control::ShimProcess>& procs,
+                                                 const std::string& store, const GpuResources& resources) {
   GPUSNAP_ASSIGN_OR_RETURN(std::shared_ptr<cuda::GpuSession> session, cuda::GpuSession::KeptOrOpen(resources.session));
   GPUSNAP_ASSIGN_OR_RETURN(std::vector<cuda::GpuInfo> here, cuda::ListGpus(*session->driver()));
   std::vector<control::PreloadTarget> targets;
@@ -115,13 +108,9 @@ Result<std::optional<control::PreloadedMemory>> PreloadReleased(const std::vecto
       if (g.uuid == uuid) return g.index;
     return std::nullopt;
   };
-  unsigned threads = gpushare::ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS",
-                                             std::max(control::kPreloadThreadsBesideCriu,
-                                                      std::thread::hardware_concurrency()));
-  GPUSNAP_ASSIGN_OR_RETURN(auto made, control::PreloadedMemory::Make(session, store, targets, same_gpu, threads,
-                                                                           std::chrono::milliseconds(0), {},
-                                                                           resources.pinned_tier.get()));
-  return std::optional<control::PreloadedMemory>(std::move(made));
+  unsigned threads = gpushare::ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS", control::PreloadThreadsAlone());
+  return control::PreloadedMemory::Make(session, store, targets, same_gpu, threads, std::chrono::milliseconds(0), {},
+                                        resources.pinned_tier.get());
 }
 
 // Writes what the workload is now into its record (by name only).
@@ -170,24 +159,16 @@ Result<InPlaceResult> TakeResume(const InPlaceOptions& options, Phases& phases) 
   phases.Done();
   // 2. Preload and adopt: only an optimisation.
   phases.Start("resume-preload");
-  auto preloaded = released.empty() ? Result<std::optional<control::PreloadedMemory>>(std::nullopt)
-                                    : PreloadReleased(released, t.store, options.gpu_resources);
-  Status adopted = preloaded.ok() && *preloaded
-                       ? control::AdoptPreloaded(released, **preloaded, phases.timings())
-                       : preloaded.status();
-  if (preloaded.ok() && *preloaded) {
-    phases.timings()["gpushare-preload-map"] = (*preloaded)->map_seconds();
-    phases.timings()["gpushare-preload-fill"] = (*preloaded)->fill_seconds();
-  }
-  if (!adopted.ok() && options.progress)
-    options.progress({"gpushare-preload: " + adopted.message() + "; the processes load that memory themselves", 0, 0,
-                      false});
+  std::optional<control::PreloadedMemory> preloaded;
+  if (!released.empty() && control::PreloadEnabled())
+    preloaded = AdoptOrSay(released, PreloadReleased(released, t.store, options.gpu_resources), phases.timings(),
+                           options.progress);
   phases.Done();
   PauseIfRequested("resume-adopted");
   // 3. The rest loaded, then every process resumed.
   phases.Start("resume-load");
   Status resumed = control::ResumeInPlace(t.procs, t.store, phases.timings());
-  preloaded = std::optional<control::PreloadedMemory>();  // what the processes adopted is theirs now
+  preloaded.reset();  // what the processes adopted is theirs now
   GPUSNAP_RETURN_IF_ERROR(resumed);
   phases.Done();
   // 4. Recorded running.

@@ -133,8 +133,7 @@ Result<WakeResult> TakeWake(const WakeOptions& options, Phases& phases, WakeRun&
   run.touched = true;
   undo.Push(fmt::format("tearing down the standby `{}`", w.name), [&run] { return run.TearDown(); });
   if (m.gpu->gpushare)
-    StartGpusharePreload(*run.gpu, m, std::chrono::milliseconds(0), {},
-                         std::max(control::kPreloadThreadsBesideCriu, std::thread::hardware_concurrency()));
+    StartGpusharePreload(*run.gpu, m, std::chrono::milliseconds(0), {}, control::PreloadThreadsAlone());
   GpuStep step{.gpu = &*run.gpu,
                .meta = &m,
                .gpu_pids = gpu_pids,

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <optional>
 #include <string_view>
+#include <thread>
 
 #include "chunks/chunk_manifest.h"
 #include "chunks/chunk_store.h"
@@ -115,12 +116,18 @@ PreloadedMemory::~PreloadedMemory() {
   }
 }
 
+unsigned PreloadThreadsAlone() { return std::max(kPreloadThreadsBesideCriu, std::thread::hardware_concurrency()); }
+
+bool PreloadEnabled() {
+  const char* enabled = std::getenv("GPUSNAP_GPUSHARE_PRELOAD");
+  return enabled == nullptr || std::string_view(enabled) != "0";
+}
+
 PendingPreload StartPreload(std::shared_ptr<cuda::GpuSession> session, const std::string& chunk_store,
                             const std::string& manifest_dir, const std::vector<int>& ns_pids, PreloadDevice device_for,
                             std::chrono::milliseconds arrival_wait, chunks::ChunkStore::Bringer bringer,
                             unsigned default_threads, std::shared_ptr<PinnedTier> tier) {
-  const char* enabled = std::getenv("GPUSNAP_GPUSHARE_PRELOAD");
-  if (enabled != nullptr && std::string_view(enabled) == "0") return {};
+  if (!PreloadEnabled()) return {};
   std::vector<PreloadTarget> targets;
   for (int ns_pid : ns_pids) targets.push_back({ns_pid, ManifestPath(manifest_dir, {0, ns_pid, ""})});
   unsigned threads = ThreadsFromEnv("GPUSNAP_GPUSHARE_PRELOAD_THREADS", default_threads);

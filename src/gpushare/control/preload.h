@@ -104,6 +104,10 @@ class PreloadedMemory {
 };
 
 inline constexpr unsigned kPreloadThreadsBesideCriu = 12;
+// With no CRIU beside it (a standby's wake, a resume in place): every core.
+unsigned PreloadThreadsAlone();
+// Off only where GPUSNAP_GPUSHARE_PRELOAD=0 says so.
+bool PreloadEnabled();
 
 // A preload running beside a restore's other steps (an invalid future: none).
 using PendingPreload = std::future<Timed<Result<PreloadedMemory>>>;
