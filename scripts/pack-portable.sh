@@ -32,6 +32,13 @@ if [ -f "$BUILD_DIR/libgpusnap_gpushare.so" ]; then
   cp "$BUILD_DIR/libgpusnap_gpushare.so" "$tmp/"
   strip --strip-debug "$tmp/libgpusnap_gpushare.so"
 fi
+# The GPU suite's check of the shim's fingerprint kernel against its
+# reference (tests/gpu/run_gpu_tests.sh), when it was built.
+if [ -x "$BUILD_DIR/gpusnap_fingerprint_check" ]; then
+  cp "$BUILD_DIR/gpusnap_fingerprint_check" "$tmp/"
+  strip --strip-debug "$tmp/gpusnap_fingerprint_check"
+  patchelf --force-rpath --set-rpath '$ORIGIN/lib' "$tmp/gpusnap_fingerprint_check"
+fi
 patchelf --force-rpath --set-rpath '$ORIGIN/lib' "$tmp/gpusnap"
 for lib in "$tmp"/lib/*; do patchelf --force-rpath --set-rpath '$ORIGIN' "$lib"; done
 cp -a "$BUILD_DIR/criu-bundle" "$tmp/criu-bundle"

@@ -581,7 +581,8 @@ test_agent_swap_servers() {
   current="(h) two $model static-engine servers on one GPU swapped through the agent, each answering its own tokens"
   python3 "$root/bench/server.py" --model "$model" --weights-dir "$weights" --prepare >"$OUT/swap-prepare.out" 2>&1 ||
     { fail "preparing the weights: $(tail -3 "$OUT/swap-prepare.out")"; return; }
-  "$GPUSNAP" agent --socket "$sock" --store "$store" >"$OUT/swap-agent.out" 2>&1 &
+  "$GPUSNAP" agent --socket "$sock" --store "$store" --state-dir "$OUT/swap-agent-state" --pinned-cache "${GPU_TEST_PINNED_CACHE:-64GiB}" \
+    >"$OUT/swap-agent.out" 2>&1 &
   agent_pid=$!
   started+=("$agent_pid")
   wait_for "$OUT/swap-agent.out" "listening on" 60 || { fail "the agent did not start: $(tail -3 "$OUT/swap-agent.out")"; return; }
@@ -614,27 +615,38 @@ PY
   done
   python3 "$OUT/agent_call.py" "$sock" POST /v1/workloads/swap-b/suspend >"$OUT/swap-suspend-b.json" ||
     { fail "suspending b: $(cat "$OUT/swap-suspend-b.json")"; return; }
-  local round out in port_in
-  for round in "a b $port_b" "b a $port_a"; do
-    read -r out in port_in <<<"$round"
+  # Three swaps: b's chunks are not in the tier at the first (they were
+  # stored by its suspend, which pins nothing), so it reads them from the
+  # page cache and the tier keeps them after; a's likewise at the second; the
+  # third finds b's in the tier.
+  local round n out in port_in m0 m1
+  for round in "1 a b $port_b" "2 b a $port_a" "3 a b $port_b"; do
+    read -r n out in port_in <<<"$round"
+    m0=$(curl -s --unix-socket "$sock" http://agent/metrics | grep '^gpusnap_agent_pinned_tier')
     python3 "$root/bench/client.py" --port "$port_in" --stream --exec -- python3 "$OUT/agent_call.py" "$sock" POST \
-      /v1/workloads/swap "{\"suspend\": \"swap-$out\", \"resume\": \"swap-$in\"}" >"$OUT/swap-to-$in.json" ||
-      { fail "the swap of $out for $in or $in's first answer failed"; return; }
-    python3 - "$OUT/swap-$in-first.json" "$OUT/swap-to-$in.json" "$out" "$in" <<'PY' || fail "server $in's answer after the swap is not its own"
+      /v1/workloads/swap "{\"suspend\": \"swap-$out\", \"resume\": \"swap-$in\"}" >"$OUT/swap-$n.json" ||
+      { fail "swap $n ($out out, $in in) or $in's first answer failed: $(tail -c 600 "$OUT/swap-$n.json")"; return; }
+    m1=$(curl -s --unix-socket "$sock" http://agent/metrics | grep '^gpusnap_agent_pinned_tier')
+    python3 - "$OUT/swap-$in-first.json" "$OUT/swap-$n.json" "$n" "$out" "$in" "$m0" "$m1" <<'PY' || fail "server $in's answer after swap $n is not its own"
 import json, sys
 first = json.load(open(sys.argv[1]))["tokens"]
 swap = json.load(open(sys.argv[2]))
 job = swap["cmd_output"]
 assert swap["answer"]["tokens"] == first, (swap["answer"]["tokens"][:8], first[:8])
+def metrics(text):
+    return {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line.strip()}
+m0, m1 = metrics(sys.argv[6]), metrics(sys.argv[7])
+hits = m1["gpusnap_agent_pinned_tier_hits_total"] - m0["gpusnap_agent_pinned_tier_hits_total"]
+misses = m1["gpusnap_agent_pinned_tier_misses_total"] - m0["gpusnap_agent_pinned_tier_misses_total"]
 t = job["timings"]
-print(f"swap {sys.argv[3]} -> {sys.argv[4]}: first token {swap['first_token_s']:.3f} s after the request "
-      f"(job {t.get('total', 0):.3f} s: suspend {t.get('suspend', 0):.3f}, resume {t.get('resume', 0):.3f} "
-      f"[preload map {t.get('resume.gpushare-preload-map', 0):.3f} fill {t.get('resume.gpushare-preload-fill', 0):.3f}, "
-      f"load {t.get('resume.gpushare-load', 0):.3f}]); {len(first)} tokens, its own")
+phases = " ".join(f"{k}={v:.3f}" for k, v in sorted(t.items()))
+print(f"INFO: swap {sys.argv[3]} ({sys.argv[4]} out, {sys.argv[5]} in): first token {swap['first_token_s']:.3f} s "
+      f"after the request; job {swap['cmd_s']:.3f} s: {phases}; tier hits {hits:.0f}, misses {misses:.0f}; "
+      f"{len(first)} tokens, its own")
 PY
   done
-  "$GPUSNAP" --json ps | python3 -c 'import json, sys; s = {w["name"]: w["state"] for w in json.load(sys.stdin)}; assert (s["swap-a"], s["swap-b"]) == ("running", "suspended"), s' ||
-    fail "ps does not show swap-a running and swap-b suspended"
+  "$GPUSNAP" --json ps | python3 -c 'import json, sys; s = {w["name"]: w["state"] for w in json.load(sys.stdin)}; assert (s["swap-a"], s["swap-b"]) == ("suspended", "running"), s' ||
+    fail "ps does not show swap-a suspended and swap-b running"
   gs kill swap-a
   gs kill swap-b
   kill "$agent_pid"
@@ -656,7 +668,7 @@ test_agent_pinned_wake() {
   mkdir -p "$OUT/pinned-agent"
   before=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
   start pinned-agent "$GPUSNAP" agent --socket "$sock" --store "$store" --state-dir "$OUT/pinned-agent/state" \
-    --pinned-cache "${GPU_TEST_PINNED_CACHE:-64GiB}"
+    --pinned-cache "${GPU_TEST_PINNED_CACHE:-64GiB}" --huge-pages
   agent_pid=$pid
   wait_for "$OUT/pinned-agent.out" "listening on" 60 || { fail "the agent did not start: $(tail -3 "$OUT/pinned-agent.out")"; return; }
   after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
@@ -698,7 +710,45 @@ PY
   reapers+=("$(reaper_of "$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print([w["pid"] for w in json.load(sys.stdin) if w["name"] == "sbpinned"][0])')")")
   echo "INFO: $(grep -m1 "pinned .* chunks of \`$id\`" "$OUT/pinned-agent.out")"
   wake_through sbpinned pinned || return
+  # The pause of `checkpoint --leave-running` through the agent, twice: the
+  # second finds every chunk stored and unchanged but the KV pool's scratch.
+  local round cp
+  for round in 1 2; do
+    cp=$(gs --json checkpoint sbpinned --leave-running --agent "$sock" 2>"$OUT/pinned-cp$round.err") ||
+      { fail "checkpoint --leave-running $round through the agent: $(tail -2 "$OUT/pinned-cp$round.err")"; return; }
+    echo "$cp" | python3 -c '
+import json, sys
+t = json.load(sys.stdin)["timings_s"]
+keys = ("paused", "gpushare-fingerprint", "gpushare-chunks-copied", "gpushare-chunks-unchanged", "gpushare-release",
+        "gpushare-load", "dump")
+print("INFO: checkpoint --leave-running %s: %s" % (sys.argv[1], " ".join(f"{k}={t[k]:.3f}" for k in keys if k in t)))' "$round"
+    GPUSNAP_STORE=$store gs rm "$(echo "$cp" | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')" >/dev/null
+  done
+  python3 "$root/bench/client.py" --port "$port" >/dev/null || fail "the server answers no more after the checkpoints"
   gs kill sbpinned
+  # Restores to the first streamed token, side by side: in this process
+  # (no tier, the chunks from the page cache), then through the agent (its
+  # tier holds them since the pinned standby).
+  # restore_to_token LABEL ARGS...: prints the phases; the answer must be the cold start's.
+  restore_to_token() {
+    local label=$1
+    shift
+    GPUSNAP_STORE=$store python3 "$root/bench/client.py" --port "$port" --stream --exec -- "$GPUSNAP" --json restore "$id" \
+      --name "rs-$label" --huge-pages "$@" >"$OUT/pinned-restore-$label.json" || { fail "the $label restore or its first answer failed"; return 1; }
+    reapers+=("$(reaper_of "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["cmd_output"]["pid"])' "$OUT/pinned-restore-$label.json")")")
+    python3 - "$json" "$OUT/pinned-restore-$label.json" "$label" <<'PY' || { fail "the $label restore's answer is not the cold start's"; return 1; }
+import json, sys
+cold = json.load(open(sys.argv[1]))["cold_start"]["answer"]
+r = json.load(open(sys.argv[2]))
+assert r["answer"]["tokens"] == cold["tokens"], (r["answer"]["tokens"][:8], cold["tokens"][:8])
+t = r["cmd_output"]["timings_s"]
+print(f"INFO: {sys.argv[3]} restore: first token {r['first_token_s']:.2f} s; command {r['cmd_s']:.2f} s: "
+      + " ".join(f"{k}={v:.2f}" for k, v in sorted(t.items())))
+PY
+    gs kill "rs-$label"
+  }
+  restore_to_token in-process --no-agent || return
+  restore_to_token agent-pinned --agent "$sock" || return
   kill "$agent_pid"; wait "$agent_pid" 2>/dev/null
   GPUSNAP_STORE=$store gs rm "$id" >/dev/null
   passed "$1"
