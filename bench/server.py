@@ -163,10 +163,10 @@ def mark_scratch(regions, lib=None):
 
 def weights_spec(args):
     """What the weight files must have been made from; stored in the marker."""
-    spec = {"model": args.model, "seed": WEIGHT_SEED, "std": WEIGHT_STD, "dtype": "bfloat16", "tied": False,
+    spec = {"model": args.model, "seed": args.weight_seed, "std": WEIGHT_STD, "dtype": "bfloat16", "tied": False,
             "format": 1}
     if args.backend == "fake":
-        spec = {"model": "fake", "seed": WEIGHT_SEED, "fake_mb": args.fake_mb, "format": 1}
+        spec = {"model": "fake", "seed": args.weight_seed, "fake_mb": args.fake_mb, "format": 1}
     else:
         spec.update(PRESETS[args.model])
     return spec
@@ -174,6 +174,8 @@ def weights_spec(args):
 
 def model_dir(args):
     sub = f"fake-{args.fake_mb}mb" if args.backend == "fake" else args.model
+    if args.weight_seed != WEIGHT_SEED:
+        sub += f"-seed{args.weight_seed}"
     return os.path.join(args.weights_dir, sub)
 
 
@@ -225,7 +227,7 @@ class FakeBackend:
     def prepare(self):
         d = model_dir(self.args)
         os.makedirs(d, exist_ok=True)
-        rng = random.Random(WEIGHT_SEED)
+        rng = random.Random(self.args.weight_seed)
         n = self.args.fake_mb << 20
 
         def w(p):
@@ -343,10 +345,10 @@ class TorchBackend:
         os.makedirs(d, exist_ok=True)
         cfg = self.config()
         shapes = [(n, tuple(p.shape)) for n, p in self.meta_model(cfg).named_parameters()]
-        torch.manual_seed(WEIGHT_SEED)
+        torch.manual_seed(self.args.weight_seed)
         gen_dev = self.args.device if torch.cuda.is_available() and self.args.device.startswith("cuda") else "cpu"
         g = torch.Generator(device=gen_dev)
-        g.manual_seed(WEIGHT_SEED)
+        g.manual_seed(self.args.weight_seed)
         sd = {}
         for name, shape in shapes:
             if name.endswith("norm.weight"):
@@ -708,6 +710,9 @@ def parse_args(argv=None):
     p.add_argument("--weights-dir", default="/tmp/gpusnap-weights",
                    help="where the weights live: <dir>/<model>/model.safetensors (+ config.json)")
     p.add_argument("--prepare", action="store_true", help="write the weights if missing, then exit")
+    p.add_argument("--weight-seed", type=int, default=WEIGHT_SEED,
+                   help="seed of the random weights: another seed, another model of the same shape "
+                        "(its weights in <dir>/<model>-seed<N>)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=18080)
     p.add_argument("--max-new-tokens", type=int, default=None, help="default 32 (64 with --self-test)")

@@ -296,8 +296,10 @@ test_gpushare_unchanged_chunks() {
   local check json round
   check=$(dirname "$GPUSNAP")/gpusnap_fingerprint_check
   [ -x "$check" ] || { fail "no $check (build target gpusnap_fingerprint_check)"; return; }
-  "$check" --gib 16 | tee "$OUT/fingerprint_check.out"
-  [ "${PIPESTATUS[0]}" = 0 ] || { fail "the fingerprint kernel differs from its reference on this GPU"; return; }
+  "$check" --gib 16 >"$OUT/fingerprint_check.out" 2>&1
+  local rc=$?
+  cat "$OUT/fingerprint_check.out"
+  [ "$rc" = 0 ] || { fail "$check exited $rc: the fingerprint kernel differs from its reference, or failed, on this GPU"; return; }
   pid=$(gs run --gpushare --name gsu --log "$OUT/gsu.out" -- "$BIN/gpu_counter" --gib 1 --static-gib 15 \
     --interval-ms 100) || { fail "run --gpushare failed"; return; }
   reapers+=("$(reaper_of "$pid")")
@@ -579,13 +581,21 @@ test_agent_swap_servers() {
   local model=${GPU_TEST_MODEL:-1b} weights=${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}
   local sock=$OUT/swap-agent.sock store=$OUT/swap-store port_a=18421 port_b=18422 agent_pid
   current="(h) two $model static-engine servers on one GPU swapped through the agent, each answering its own tokens"
-  python3 "$root/bench/server.py" --model "$model" --weights-dir "$weights" --prepare >"$OUT/swap-prepare.out" 2>&1 ||
-    { fail "preparing the weights: $(tail -3 "$OUT/swap-prepare.out")"; return; }
+  # Two models of one shape, their weights of two seeds: each answers its own tokens.
+  local seed_a=1234 seed_b=4321 seed
+  for seed in $seed_a $seed_b; do
+    python3 "$root/bench/server.py" --model "$model" --weights-dir "$weights" --weight-seed "$seed" --prepare \
+      >"$OUT/swap-prepare.out" 2>&1 || { fail "preparing the weights: $(tail -3 "$OUT/swap-prepare.out")"; return; }
+  done
   "$GPUSNAP" agent --socket "$sock" --store "$store" --state-dir "$OUT/swap-agent-state" --pinned-cache "${GPU_TEST_PINNED_CACHE:-64GiB}" \
     >"$OUT/swap-agent.out" 2>&1 &
   agent_pid=$!
   started+=("$agent_pid")
-  wait_for "$OUT/swap-agent.out" "listening on" 60 || { fail "the agent did not start: $(tail -3 "$OUT/swap-agent.out")"; return; }
+  wait_for "$OUT/swap-agent.out" "listening on" 60 ||
+    { fail "the agent did not start: $(tail -3 "$OUT/swap-agent.out")"; kill "$agent_pid"; return; }
+  # The steps (not indented for their here-documents); whatever a failure
+  # leaves behind is ended after them.
+  swap_steps() {
   # One request to the agent, then its job followed to the end: the job's JSON, exit 1 unless it succeeded.
   cat >"$OUT/agent_call.py" <<'PY'
 import http.client, json, socket, sys, time
@@ -607,7 +617,8 @@ PY
   local name port
   for name in a b; do
     port=$([ "$name" = a ] && echo $port_a || echo $port_b)
-    gs run --gpushare --name "swap-$name" -- python3 -u "$root/bench/server.py" --model "$model" --engine static \
+    seed=$([ "$name" = a ] && echo $seed_a || echo $seed_b)
+    gs run --gpushare --name "swap-$name" -- python3 -u "$root/bench/server.py" --model "$model" --weight-seed "$seed" --engine static \
       --kv-cache-gib "${GPU_TEST_KV_GIB:-8}" --weights-dir "$weights" --port "$port" >/dev/null ||
       { fail "starting server $name"; return; }
     reapers+=("$(reaper_of "$("$GPUSNAP" --json ps | python3 -c "import json, sys; print([w['pid'] for w in json.load(sys.stdin) if w['name'] == 'swap-$name'][0])")")")
@@ -615,6 +626,9 @@ PY
   done
   python3 "$OUT/agent_call.py" "$sock" POST /v1/workloads/swap-b/suspend >"$OUT/swap-suspend-b.json" ||
     { fail "suspending b: $(cat "$OUT/swap-suspend-b.json")"; return; }
+  cmp -s <(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tokens"])' "$OUT/swap-a-first.json") \
+    <(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tokens"])' "$OUT/swap-b-first.json") &&
+    { fail "a and b answer the same tokens: the check of each one's own answer could not fail"; return; }
   # Three swaps: b's chunks are not in the tier at the first (they were
   # stored by its suspend, which pins nothing), so it reads them from the
   # page cache and the tier keeps them after; a's likewise at the second; the
@@ -647,9 +661,11 @@ PY
   done
   "$GPUSNAP" --json ps | python3 -c 'import json, sys; s = {w["name"]: w["state"] for w in json.load(sys.stdin)}; assert (s["swap-a"], s["swap-b"]) == ("suspended", "running"), s' ||
     fail "ps does not show swap-a suspended and swap-b running"
-  gs kill swap-a
-  gs kill swap-b
-  kill "$agent_pid"
+  }
+  swap_steps
+  "$GPUSNAP" kill swap-a >/dev/null 2>&1
+  "$GPUSNAP" kill swap-b >/dev/null 2>&1
+  kill "$agent_pid"; wait "$agent_pid" 2>/dev/null
   passed "$1"
 }
 
@@ -670,7 +686,8 @@ test_agent_pinned_wake() {
   start pinned-agent "$GPUSNAP" agent --socket "$sock" --store "$store" --state-dir "$OUT/pinned-agent/state" \
     --pinned-cache "${GPU_TEST_PINNED_CACHE:-64GiB}" --huge-pages
   agent_pid=$pid
-  wait_for "$OUT/pinned-agent.out" "listening on" 60 || { fail "the agent did not start: $(tail -3 "$OUT/pinned-agent.out")"; return; }
+  wait_for "$OUT/pinned-agent.out" "listening on" 60 ||
+    { fail "the agent did not start: $(tail -3 "$OUT/pinned-agent.out")"; kill "$agent_pid"; return; }
   after=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
   echo "INFO: the agent's kept driver and contexts: GPU 0 memory used $before MiB before it started, $after MiB after ($((after - before)) MiB; the agent's process: $(gpu_mem_mib_of "$agent_pid") MiB)"
   echo "INFO: $(grep -m1 'loaded once' "$OUT/pinned-agent.out")"
@@ -700,6 +717,9 @@ print(f"INFO: {sys.argv[3]} wake: first token {woke['first_token_s']:.2f} s; {ph
       f"tier {m1['gpusnap_agent_pinned_tier_bytes{kind=\"used\"}'] / 2**30:.1f} GiB used")
 PY
   }
+  # The steps (not indented for their here-documents); whatever a failure
+  # leaves behind is ended after them.
+  pinned_wake_steps() {
   # Cold: a standby made in this process, so the agent has pinned nothing of it.
   GPUSNAP_STORE=$store gs restore "$id" --standby --name sbcold --no-agent >/dev/null || { fail "restore --standby failed"; return; }
   reapers+=("$(reaper_of "$("$GPUSNAP" --json ps | python3 -c 'import json, sys; print([w["pid"] for w in json.load(sys.stdin) if w["name"] == "sbcold"][0])')")")
@@ -734,7 +754,7 @@ print("INFO: checkpoint --leave-running %s: %s" % (sys.argv[1], " ".join(f"{k}={
     local label=$1
     shift
     GPUSNAP_STORE=$store python3 "$root/bench/client.py" --port "$port" --stream --exec -- "$GPUSNAP" --json restore "$id" \
-      --name "rs-$label" --huge-pages "$@" >"$OUT/pinned-restore-$label.json" || { fail "the $label restore or its first answer failed"; return 1; }
+      --name "rs-$label" "$@" >"$OUT/pinned-restore-$label.json" || { fail "the $label restore or its first answer failed"; return 1; }
     reapers+=("$(reaper_of "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["cmd_output"]["pid"])' "$OUT/pinned-restore-$label.json")")")
     python3 - "$json" "$OUT/pinned-restore-$label.json" "$label" <<'PY' || { fail "the $label restore's answer is not the cold start's"; return 1; }
 import json, sys
@@ -747,8 +767,13 @@ print(f"INFO: {sys.argv[3]} restore: first token {r['first_token_s']:.2f} s; com
 PY
     gs kill "rs-$label"
   }
-  restore_to_token in-process --no-agent || return
+  # Both with huge pages: the agent's from its configuration (--huge-pages above).
+  restore_to_token in-process --no-agent --huge-pages || return
   restore_to_token agent-pinned --agent "$sock" || return
+  }
+  pinned_wake_steps
+  local w
+  for w in sbcold sbpinned rs-in-process rs-agent-pinned; do "$GPUSNAP" kill "$w" >/dev/null 2>&1; done
   kill "$agent_pid"; wait "$agent_pid" 2>/dev/null
   GPUSNAP_STORE=$store gs rm "$id" >/dev/null
   passed "$1"

@@ -50,39 +50,9 @@ std::vector<ChunkFingerprint> Reference(const std::vector<unsigned char>& host) 
   return out;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  double gib = 1;
-  int device = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--gib")) gib = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--device")) device = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: %s [--gib N] [--device D]\n", argv[0]);
-      return 64;
-    }
-  }
-  setvbuf(stdout, nullptr, _IOLBF, 0);
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    std::printf("no libcuda.so.1: %s\n", dlerror());
-    return 2;
-  }
-  RealDriver d = ResolveRealDriver(lib, &dlsym);
-  if (!d.missing.empty()) {
-    std::printf("libcuda.so.1 lacks %s\n", d.missing.c_str());
-    return 2;
-  }
-  auto init = reinterpret_cast<abi::PFN_cuInit>(dlsym(lib, "cuInit"));
-  DRIVER(init(0), "cuInit");
-  abi::CUdevice dev = 0;
-  abi::CUcontext ctx = nullptr;
-  DRIVER(d.device_get(&dev, device), "cuDeviceGet");
-  DRIVER(d.primary_ctx_retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  DRIVER(d.ctx_set_current(ctx), "cuCtxSetCurrent");
-  const uint64_t context = reinterpret_cast<uint64_t>(ctx);
-
+// Every check and the timing in the primary context `context`; 0, or
+// main's exit code.
+int Checks(RealDriver& d, uint64_t context, double gib) {
   // 4 chunks and a short one: 262 MiB of a pattern, the same on host and device.
   const uint64_t bytes = 4 * chunks::kChunkBytes + (6ull << 20);
   std::vector<unsigned char> host(bytes);
@@ -137,7 +107,44 @@ int main(int argc, char** argv) {
     std::printf("fingerprinted %.1f GiB in %.4f s: %.0f GB/s\n", big / double(1ull << 30), s, big / s / 1e9);
     DRIVER(d.mem_free(buf), "cuMemFree");
   }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double gib = 1;
+  int device = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--gib")) gib = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--device")) device = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: %s [--gib N] [--device D]\n", argv[0]);
+      return 64;
+    }
+  }
+  setvbuf(stdout, nullptr, _IOLBF, 0);
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    std::printf("no libcuda.so.1: %s\n", dlerror());
+    return 2;
+  }
+  RealDriver d = ResolveRealDriver(lib, &dlsym);
+  if (!d.missing.empty()) {
+    std::printf("libcuda.so.1 lacks %s\n", d.missing.c_str());
+    return 2;
+  }
+  auto init = reinterpret_cast<abi::PFN_cuInit>(dlsym(lib, "cuInit"));
+  DRIVER(init(0), "cuInit");
+  abi::CUdevice dev = 0;
+  abi::CUcontext ctx = nullptr;
+  DRIVER(d.device_get(&dev, device), "cuDeviceGet");
+  DRIVER(d.primary_ctx_retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  DRIVER(d.ctx_set_current(ctx), "cuCtxSetCurrent");
+  // The kernel's module and stream go before the context they live in.
+  int rc = Checks(d, reinterpret_cast<uint64_t>(ctx), gib);
   d.primary_ctx_release(dev);
+  if (rc != 0) return rc;
   std::printf("fingerprint check ok\n");
   return 0;
 }
