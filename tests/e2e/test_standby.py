@@ -309,7 +309,8 @@ class AgentStandby(StandbyCase, test_agent.AgentCase):
         self.assert_runs(pid)
         self.assertEqual((job["state"], job["kind"], job["restoredPid"], job["restoredName"], job["snapshot"]),
                          ("succeeded", "wake", pid, "sb", snap), job)
-        for phase in ("check", "gpu-restore", "gpushare-load", "total"):
+        # Every phase of the wake, its preload's too (not only those its progress named).
+        for phase in ("check", "gpu-restore", "gpushare-load", "gpushare-preload", "gpushare-preload-fill", "total"):
             self.assertIn(phase, job["timings"])
         self.wait_steps(steps + 5)
         self.assert_steps_unbroken()

@@ -500,6 +500,7 @@ std::variant<Accepted, Refused> Service::StartWake(const WakeRequest& request) {
     if (!woken.ok()) return woken.status();
     MutexLock lock(mu_);
     jobs_[id].restored_pid = woken->workload.pid;
+    AddTimings(jobs_[id], woken->timings_s);
     return Status::Ok();
   });
 }
