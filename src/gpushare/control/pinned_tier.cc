@@ -143,13 +143,24 @@ void PinnedTier::AdmitLoop() {
     std::pair<std::string, std::vector<chunks::ChunkRef>> next;
     {
       MutexLock lock(mu_);
-      while (queue_.empty() && !stopping_) lock.Wait(changed_);
+      while ((queue_.empty() || admission_holds_ > 0) && !stopping_) lock.Wait(changed_);
       if (stopping_) return;
       next = std::move(queue_.front());
       queue_.pop_front();
     }
     if (auto store = chunks::ChunkStore::Open(next.first); store.ok()) (void)Admit(*store, next.second);
   }
+}
+
+PinnedTier::AdmissionHold PinnedTier::HoldAdmissions() {
+  MutexLock lock(mu_);
+  ++admission_holds_;
+  // The tier outlives the hold: the deleter keeps it.
+  return AdmissionHold(static_cast<void*>(this), [tier = shared_from_this()](void*) {
+    MutexLock released(tier->mu_);
+    --tier->admission_holds_;
+    tier->changed_.notify_all();
+  });
 }
 
 PinnedTier::Lease PinnedTier::Borrow(const std::vector<chunks::ChunkRef>& refs) {

@@ -90,6 +90,7 @@ Result<PreloadedMemory> PreloadedMemory::Make(std::shared_ptr<cuda::GpuSession> 
   std::optional<PinnedTier::Lease> lease;
   PinnedLookup pinned;
   if (tier != nullptr) {
+    out.admissions_held_ = tier->HoldAdmissions();
     std::vector<chunks::ChunkRef> refs;
     for (const chunks::ChunkedAllocation* a : sources) refs.insert(refs.end(), a->chunks.begin(), a->chunks.end());
     lease.emplace(tier->Borrow(refs));

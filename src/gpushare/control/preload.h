@@ -101,6 +101,7 @@ class PreloadedMemory {
   double fill_seconds_ = 0;
   uint64_t pinned_hits_ = 0;
   uint64_t pinned_misses_ = 0;
+  PinnedTier::AdmissionHold admissions_held_;  // until what it made is adopted, or undone
 };
 
 inline constexpr unsigned kPreloadThreadsBesideCriu = 12;
