@@ -176,6 +176,8 @@ class AgentApi(AgentCase):
                                                               "snapshotId": "keep-1"}))
         self.assertEqual(job["state"], "succeeded", job)
         self.assertEqual(job["snapshot"], "keep-1")
+        # Every phase of the capture, the source's pause too (not only those its progress named).
+        self.assertIn("paused", job["timings"])
         self.wait_count(pid, self.count(pid) + 5)
         # The id is taken now: a second capture under it is refused up front.
         status, reply = agent.request("POST", "/v1/checkpoints", {"pid": pid, "snapshotId": "keep-1"})

@@ -73,7 +73,10 @@ left_behind() {
   for ((i = 0; i < 100; i++)); do [ "$(gpu_pids)" = "$gpu_pids_before" ] && break; sleep 0.1; done
   [ "$(gpu_pids)" = "$gpu_pids_before" ] || fail "GPU processes left: $(gpu_pids) (before: ${gpu_pids_before:-none})"
   local shm_new
-  shm_new=$(comm -13 <(echo "$shm_before") <(ls -A /dev/shm | sort) | paste -sd' ')
+  # The test weights (GPU_TEST_WEIGHTS) may be put in /dev/shm on purpose, and are kept for the next run.
+  local weights_kept
+  weights_kept=$(case "${GPU_TEST_WEIGHTS:-}" in /dev/shm/*) w=${GPU_TEST_WEIGHTS#/dev/shm/}; echo "${w%%/*}" ;; esac)
+  shm_new=$(comm -13 <(echo "$shm_before") <(ls -A /dev/shm | grep -vxF -- "${weights_kept:-/}" | sort) | paste -sd' ')
   [ -z "$shm_new" ] || fail "files left in /dev/shm: $shm_new"
   local mounts_new
   mounts_new=$(comm -13 <(echo "$mounts_before") <(mount_points) | paste -sd' ')

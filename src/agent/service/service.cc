@@ -272,6 +272,7 @@ std::variant<Accepted, Refused> Service::StartCheckpoint(const CheckpointRequest
       now.bytes_total = meta->total_bytes;
       now.capture_path->path = CapturePathName(meta->capture_path.path);
       now.capture_path->reason = meta->capture_path.reason;
+      AddTimings(now, meta->timings_s);
       chosen = *now.capture_path;
       Journal(now);
     }
