@@ -64,6 +64,11 @@ Result<void*> PinnedTier::SlotMemory(size_t slot) {
 
 Result<AdmitStats> PinnedTier::Admit(const chunks::ChunkStore& store, const std::vector<chunks::ChunkRef>& refs,
                                      const AdmitProgress& progress) {
+  return Admit(store, refs, progress, Yield::kNever);
+}
+
+Result<AdmitStats> PinnedTier::Admit(const chunks::ChunkStore& store, const std::vector<chunks::ChunkRef>& refs,
+                                     const AdmitProgress& progress, Yield yield) {
   std::vector<chunks::ChunkRef> stored;
   std::set<chunks::ChunkDigest> seen;
   uint64_t total = 0;
@@ -85,6 +90,11 @@ Result<AdmitStats> PinnedTier::Admit(const chunks::ChunkStore& store, const std:
       TierSlots::Placement p;
       {
         MutexLock lock(mu_);
+        // Between chunks, not only before the first: a fill that starts
+        // while this admission runs waits for one chunk per thread at most.
+        if (yield == Yield::kToHolds)
+          while (admission_holds_ > 0 && !stopping_) lock.Wait(changed_);
+        if (stopping_ && yield == Yield::kToHolds) return;
         p = slots_.Place(ref.digest);
       }
       {
@@ -148,7 +158,8 @@ void PinnedTier::AdmitLoop() {
       next = std::move(queue_.front());
       queue_.pop_front();
     }
-    if (auto store = chunks::ChunkStore::Open(next.first); store.ok()) (void)Admit(*store, next.second);
+    if (auto store = chunks::ChunkStore::Open(next.first); store.ok())
+      (void)Admit(*store, next.second, {}, Yield::kToHolds);
   }
 }
 

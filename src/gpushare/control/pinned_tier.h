@@ -82,15 +82,17 @@ class PinnedTier : public std::enable_shared_from_this<PinnedTier> {
   Result<AdmitStats> Admit(const chunks::ChunkStore& store, const std::vector<chunks::ChunkRef>& refs,
                            const AdmitProgress& progress = {}) EXCLUDES(mu_);
   // Admit on the tier's own thread, in the order asked: the chunks a fill
-  // just read from the store, kept as recently used without delaying it.
+  // just read from the store, kept as recently used without delaying it or
+  // the next: they wait while any AdmissionHold lives, before each chunk.
   // Failures are dropped (the chunks stay in the store).
   void AdmitLater(std::string chunk_store, std::vector<chunks::ChunkRef> refs) EXCLUDES(mu_);
 
-  // While one of these lives, AdmitLater's admissions wait: pinning and
-  // reading chunks in competes with a fill and with the workload loading and
-  // starting after it (measured on an H200: a wake's load took 3.3 s with
-  // admissions beside it, 0.15 s without), so a preload holds it until the
-  // workload has what it adopted. Admit (warm, a standby) does not wait.
+  // While one of these lives, AdmitLater's admissions wait: pinning slots
+  // (cuMemHostAlloc) and reading chunks in competes with a preload's making
+  // of device memory, its fill and the workload's load after it (measured on
+  // an H200: a wake's load took 3.3 s with admissions beside it, 0.15 s
+  // without), so a preload holds one from its start until the workload has
+  // what it adopted. Admit (warm, a standby) does not wait.
   using AdmissionHold = std::shared_ptr<void>;
   AdmissionHold HoldAdmissions() EXCLUDES(mu_);
 
@@ -125,6 +127,9 @@ class PinnedTier : public std::enable_shared_from_this<PinnedTier> {
   Result<void*> SlotMemory(size_t slot) EXCLUDES(mu_);
   void Return(const std::map<chunks::ChunkDigest, const void*>& held) EXCLUDES(mu_);
   void AdmitLoop() EXCLUDES(mu_);
+  enum class Yield { kNever, kToHolds };
+  Result<AdmitStats> Admit(const chunks::ChunkStore& store, const std::vector<chunks::ChunkRef>& refs,
+                           const AdmitProgress& progress, Yield yield) EXCLUDES(mu_);
 
   std::shared_ptr<cuda::GpuSession> session_;
   RealDriver d_;

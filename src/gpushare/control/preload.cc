@@ -29,6 +29,9 @@ Result<PreloadedMemory> PreloadedMemory::Make(std::shared_ptr<cuda::GpuSession> 
   void* lib = ::dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
   if (lib == nullptr) return Status::Error(Code::kNotFound, "preload: loading `{}`: {}", libcuda, ::dlerror());
   PreloadedMemory out;
+  // From the start, the making of device memory included: the tier's
+  // pinning competes with it for the driver (pinned_tier.h).
+  if (tier != nullptr) out.admissions_held_ = tier->HoldAdmissions();
   out.session_ = session;
   out.d_ = ResolveRealDriver(lib, &::dlsym);
   const RealDriver& d = out.d_;
@@ -90,7 +93,6 @@ Result<PreloadedMemory> PreloadedMemory::Make(std::shared_ptr<cuda::GpuSession> 
   std::optional<PinnedTier::Lease> lease;
   PinnedLookup pinned;
   if (tier != nullptr) {
-    out.admissions_held_ = tier->HoldAdmissions();
     std::vector<chunks::ChunkRef> refs;
     for (const chunks::ChunkedAllocation* a : sources) refs.insert(refs.end(), a->chunks.begin(), a->chunks.end());
     lease.emplace(tier->Borrow(refs));
