@@ -1,6 +1,8 @@
 """Signed snapshots through a real registry (Debian's docker-registry) and
 skopeo: gpusnap's sigstore signatures verified by skopeo, skopeo's by
-gpusnap, and a pull under a trust policy that refuses, with one line and the
+gpusnap (each skipped by a skopeo built without sigstore, as Debian's), the
+same both ways with openssl and the registry's API apart from either, and
+a pull under a trust policy that refuses, with one line and the
 store as it was, an unsigned snapshot, a signature by another key, a
 signature of another digest and one naming another repository
 (docs/DISTRIBUTION.md, "Signed snapshots")."""
@@ -9,6 +11,7 @@ import hashlib
 import json
 import os
 import subprocess
+import urllib.request
 
 import registry
 from harness import GpusnapCase
@@ -127,6 +130,88 @@ class SignedSnapshots(RegistryMixin, GpusnapCase):
         # it neither signs nor verifies sigstore signatures, though it copies their attachments.
         if p.returncode != 0 and "sigstore disabled" in p.stderr:
             self.skipTest("this skopeo is built with sigstore disabled (Debian's 1.9.3): " + p.stderr.strip()[-80:])
+
+    # The registry's own API, for the signatures made and read apart from gpusnap and skopeo.
+    def api(self, method, path, body=None, headers=None):
+        req = urllib.request.Request(self.reg.url + path, data=body, method=method, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.read(), r.headers
+
+    def put_blob(self, repo, data):
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        _, headers = self.api("POST", f"/v2/{repo}/blobs/uploads/")
+        location = headers["Location"]
+        location = location if location.startswith("http") else self.reg.url + location
+        sep = "&" if "?" in location else "?"
+        req = urllib.request.Request(f"{location}{sep}digest={digest}", data=data, method="PUT",
+                                     headers={"Content-Type": "application/octet-stream"})
+        urllib.request.urlopen(req, timeout=30).read()
+        return {"digest": digest, "size": len(data)}
+
+    def test_openssl_verifies_gpusnaps_sigstore_signature(self):
+        # Independent of skopeo (Debian's cannot verify sigstore signatures): the attachment read
+        # through the registry's API, its payload checked as cosign defines it, the signature by
+        # openssl against the public key, and against another key refused.
+        digest = self.push_signed(self.ref)["digest"]
+        body, _ = self.api("GET", f"/v2/team/counter/manifests/sha256-{digest[7:]}.sig",
+                           headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+        attachment = json.loads(body)
+        self.assertEqual(len(attachment["layers"]), 1, attachment)
+        layer = attachment["layers"][0]
+        self.assertEqual(layer["mediaType"], "application/vnd.dev.cosign.simplesigning.v1+json")
+        payload, _ = self.api("GET", f"/v2/team/counter/blobs/{layer['digest']}")
+        self.assertEqual("sha256:" + hashlib.sha256(payload).hexdigest(), layer["digest"])
+        critical = json.loads(payload)["critical"]
+        self.assertEqual(critical, {"identity": {"docker-reference": self.ref},
+                                    "image": {"docker-manifest-digest": digest},
+                                    "type": "cosign container image signature"})
+        files = {"payload": payload, "sig": base64.b64decode(layer["annotations"]["dev.cosignproject.cosign/signature"])}
+        for name, data in files.items():
+            with open(os.path.join(self.tmp, name), "wb") as f:
+                f.write(data)
+        verify = ["openssl", "dgst", "-sha256", "-signature", os.path.join(self.tmp, "sig"),
+                  os.path.join(self.tmp, "payload")]
+        ok = subprocess.run(verify[:3] + ["-verify", self.pub] + verify[3:], capture_output=True, text=True)
+        self.assertEqual((ok.returncode, ok.stdout.strip()), (0, "Verified OK"), ok.stderr)
+        other = subprocess.run(verify[:3] + ["-verify", self.other_pub] + verify[3:], capture_output=True, text=True)
+        self.assertNotEqual(other.returncode, 0)
+
+    def test_gpusnap_verifies_a_signature_made_by_openssl_and_restores(self):
+        # Independent of gpusnap's signer: a cosign payload written here, signed by openssl, put in
+        # the registry as the sigstore attachment through its API; the restore under a policy
+        # trusting the key succeeds, and the same attachment signed by another key is refused.
+        ref = f"{self.reg.host}/team/counter:by-openssl"
+        digest = self.push(ref)["digest"]
+        payload = json.dumps({"critical": {"identity": {"docker-reference": ref},
+                                           "image": {"docker-manifest-digest": digest},
+                                           "type": "cosign container image signature"},
+                              "optional": {"creator": "openssl, by hand"}}).encode()
+
+        def attach(key):
+            pem = open(key, "rb").read()
+            key_file = os.path.join(self.tmp, "signing.pem")
+            with open(key_file, "wb") as f:
+                f.write(pem)
+            sig = openssl("dgst", "-sha256", "-sign", key_file, data=payload)
+            os.unlink(key_file)
+            config = self.put_blob("team/counter", json.dumps({"architecture": "", "os": ""}).encode())
+            layer = self.put_blob("team/counter", payload)
+            manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config},
+                        "layers": [{"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json", **layer,
+                                    "annotations": {"dev.cosignproject.cosign/signature":
+                                                    base64.b64encode(sig).decode()}}]}
+            self.api("PUT", f"/v2/team/counter/manifests/sha256-{digest[7:]}.sig", json.dumps(manifest).encode(),
+                     {"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
+
+        # The other key is a plain PKCS#8 PEM, which openssl signs with as it is.
+        attach(self.other_key)
+        self.refused(ref, self.policy("p", self.pub), "no key the policy trusts")
+        plain_key, plain_pub = make_key_pair(self.tmp, "plain", cosign_format=False)
+        attach(plain_key)
+        out = self.gs_json("restore", ref, "--plain-http", "--policy", self.policy("plain", plain_pub), "--name", "copy",
+                           env=self.node_b)
+        self.wait_count(out["pid"], self.count(out["pid"]) + 2)
 
     def test_skopeo_verifies_gpusnaps_signature(self):
         digest = self.push_signed(self.ref)["digest"]
