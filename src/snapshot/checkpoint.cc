@@ -10,7 +10,7 @@
 //    caches, read with its cgroup frozen (snapshot/rootfs_capture.h). A
 //    rootfs-only capture is published here, the workload running on.
 // 4. gpushare processes: quiesce all, save their device memory as chunks and
-//    free it (with --leave-running and GPUSNAP_GPUSHARE_KEEP=1, gpusnap holds
+//    free it (with --leave-running, unless GPUSNAP_GPUSHARE_KEEP=0, gpusnap holds
 //    an fd of it first). Undone by loading it back.
 // 5. GPU processes: lock all, stop their CPU threads, checkpoint all
 //    (gpu/processes.h). Undone by restoring and unlocking them.
@@ -79,7 +79,7 @@ struct CheckpointRun {
   std::vector<pid_t> gpu_pids;
   std::shared_ptr<cuda::Driver> driver;  // the session's: loaded (cuInit done) once per process
   std::vector<gpushare::control::ShimProcess> shim_procs;
-  // With --leave-running and GPUSNAP_GPUSHARE_KEEP=1: the source's device
+  // With --leave-running, unless GPUSNAP_GPUSHARE_KEEP=0: the source's device
   // memory, held through its release, adopted back after the dump.
   gpushare::control::HeldMemory held;
   std::optional<Store> store;

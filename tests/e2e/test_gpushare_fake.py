@@ -292,12 +292,20 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.step(pid)
         self.assertEqual(self.steps(), [1, 2])
 
-    def test_leave_running_can_keep_the_memory_of_the_source(self):
-        # GPUSNAP_GPUSHARE_KEEP=1: gpusnap holds an fd of each allocation
-        # through the release, and the source adopts its own memory after the
-        # dump instead of loading it from the chunks.
+    def test_leave_running_keeps_the_memory_of_the_source(self):
+        # By default gpusnap holds an fd of each allocation through the
+        # release, and the source adopts its own memory after the dump
+        # instead of loading it from the chunks.
         pid = self.start_idle()
-        out = self.gs_json("checkpoint", "vmm", "--leave-running", env=dict(self.env, GPUSNAP_GPUSHARE_KEEP="1"))
+        # GPUSNAP_GPUSHARE_KEEP=0: no hold, the source loads it all back from the chunks.
+        loaded = self.gs_json("checkpoint", "vmm", "--leave-running", env=dict(self.env, GPUSNAP_GPUSHARE_KEEP="0"))
+        self.assertNotIn("gpushare-hold", loaded["timings_s"])
+        last = self.shim_state(pid)["last"]
+        self.assertEqual((last.get("adopted", 0), last["bytes"]), (0, 194 * MIB), last)
+        self.step(pid)
+        self.assertEqual(self.steps(), [1, 2])
+        self.gs("rm", loaded["id"])
+        out = self.gs_json("checkpoint", "vmm", "--leave-running")
         self.assertIn("gpushare-hold", out["timings_s"])
         self.assertIn("gpushare-adopt", out["timings_s"])
         last = self.shim_state(pid)["last"]
@@ -309,7 +317,7 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         _, copied, unchanged = self.checkpoint_copies("--leave-running")
         self.assertEqual((copied, unchanged), (1, 3))
         self.step(pid)
-        self.assertEqual(self.steps(), [1, 2, 3])
+        self.assertEqual(self.steps(), [1, 2, 3, 4])
         # And the snapshot it took restores (the source ended first; the
         # fake keeps the driver's state in the device stand-in, which the
         # source left running).
@@ -320,7 +328,7 @@ class GpushareFake(WorkerSteps, FakeGpuCase):
         self.set_device_state(2)
         restored = self.gs_json("restore", out["id"])["pid"]
         self.step(restored)
-        self.assertEqual(self.steps(), [1, 2, 3, 2])
+        self.assertEqual(self.steps(), [1, 2, 3, 4, 3])
 
     def shim_allocation(self, pid, size):
         """The address of the shim's allocation of `size` bytes in `pid`: the

@@ -285,12 +285,12 @@ test_gpushare_counter() {
 # The unchanged-chunk release: the fingerprint kernel's PTX equals its
 # reference on this GPU (a byte flipped deep in a chunk changes that chunk's
 # fingerprint only), then gpu_counter holding 16 GiB, of which 15 never change
-# (as a server's weights), is checkpointed with --leave-running three times:
-# the first release copies every chunk, the next ones only the 1 GiB that
-# steps. A fourth time with GPUSNAP_GPUSHARE_KEEP=1 (gpusnap holds the memory
-# through the driver's checkpoint and the source adopts it back): whether the
-# driver takes that, and the pause then. Prints each release's copies and the
-# pause.
+# (as a server's weights), is checkpointed with --leave-running three times
+# with GPUSNAP_GPUSHARE_KEEP=0: the first release copies every chunk, the next
+# ones only the 1 GiB that steps, and the source loads its memory back. A
+# fourth time keeping it (the default: gpusnap holds the memory through the
+# driver's checkpoint and the source adopts it back). Prints each release's
+# copies and the pause.
 test_gpushare_unchanged_chunks() {
   current="gpushare: a release copies only the chunks changed since they were stored"
   local check json round

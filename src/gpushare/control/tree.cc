@@ -437,7 +437,7 @@ Status AdoptEach(const std::vector<ShimProcess>& procs,
 
 bool KeepMemoryFromEnv() {
   const char* v = std::getenv("GPUSNAP_GPUSHARE_KEEP");
-  return v != nullptr && std::string_view(v) == "1";
+  return v == nullptr || std::string_view(v) != "0";
 }
 
 Status ReleaseAll(const std::vector<ShimProcess>& procs, const std::string& chunk_store,

@@ -101,7 +101,7 @@ std::string SharesPath(const std::string& manifest_path);
 // they freed it. Memory of a POSIX-fd handle lives while an fd, a handle or a
 // mapping of it does, so the processes' memory outlives its release, and they
 // take it back with `adopt` instead of loading it from the chunks. A
-// checkpoint with --leave-running does this when GPUSNAP_GPUSHARE_KEEP=1
+// checkpoint with --leave-running does this unless GPUSNAP_GPUSHARE_KEEP=0
 // (docs/GPUSHARE.md, "Keeping the memory of a source that runs on").
 struct HeldMemory {
   std::map<int, std::vector<PreloadedAllocation>> by_pid;  // by ns pid
@@ -110,7 +110,7 @@ struct HeldMemory {
 };
 
 // Whether a checkpoint with --leave-running holds its processes' memory
-// (HeldMemory): GPUSNAP_GPUSHARE_KEEP is 1.
+// (HeldMemory): unless GPUSNAP_GPUSHARE_KEEP is 0.
 bool KeepMemoryFromEnv();
 
 // Quiesce every process, then release every process's device memory into

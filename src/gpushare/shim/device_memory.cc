@@ -575,13 +575,17 @@ Status DeviceMemory::Resume() {
 nlohmann::json DeviceMemory::Describe() {
   RegistryTotals t;
   // The shim's allocations whose memory is mapped: what gpusnap may hold
-  // through a release (`export` each).
+  // through a release (`export` each). Not one with memory marked scratch:
+  // a release zeroes that, held or not (docs/GPUSHARE.md).
   nlohmann::json mapped = nlohmann::json::array();
   {
     MutexLock lock(mu_);
     t = registry_.Totals();
-    for (const TrackedAllocation& a : registry_.All())
-      if (!a.released) mapped.push_back({{"va", a.va}, {"size", a.size}});
+    for (const TrackedAllocation& a : registry_.All()) {
+      std::vector<bool> scratch = registry_.ScratchChunks(a.va, chunks::kChunkBytes);
+      if (!a.released && std::ranges::none_of(scratch, [](bool s) { return s; }))
+        mapped.push_back({{"va", a.va}, {"size", a.size}});
+    }
   }
   nlohmann::json j{{"state", StateName(state_)},
                    {"allocations", t.allocations},
