@@ -49,9 +49,9 @@ usage: $0 [options]
   --gpushare             start the server with the gpushare shim (device memory through the chunk store)
   --registry             after the cycles, push the snapshot to a docker-registry started on 127.0.0.1
                          and restore it from its reference into an empty store, and by pull-then-restore
-  --huge-pages-even      restores of even cycles with `gpusnap restore --huge-pages` (gpusnap sets the
+  --huge-pages-even      restores of even cycles with \`gpusnap restore --huge-pages\` (gpusnap sets the
                          host's THP to always while CRIU restores), odd ones without
-  --lazy-pages-even      restores of even cycles with `gpusnap restore --lazy-pages` (the memory arrives
+  --lazy-pages-even      restores of even cycles with \`gpusnap restore --lazy-pages\` (the memory arrives
                          after the restore returns), odd ones without; the next checkpoint waits for every page
   --thp-even MODE        restores of even cycles with the host's transparent huge pages set to MODE
                          (always|madvise|never), odd ones as the host has it: side by side in one run;

@@ -9,6 +9,8 @@
 - run_bench.sh itself under the real gpusnap and CRIU with the fake backend
   (root and a built gpusnap needed, else skipped; GPUSNAP_BIN picks the binary).
 """
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -24,6 +26,7 @@ sys.path.insert(0, HERE)
 import benchlib  # noqa: E402
 import client  # noqa: E402
 import server  # noqa: E402
+import wake_bench  # noqa: E402
 
 GPUSNAP = os.environ.get("GPUSNAP_BIN", os.path.join(HERE, "..", "build", "gpusnap"))
 
@@ -354,6 +357,37 @@ class Pure(unittest.TestCase):
             self.assertEqual(res["summary"]["cold_start_s"], 30.0)
         finally:
             shutil.rmtree(d)
+
+
+class WakeBenchTable(unittest.TestCase):
+    def row(self, kind, first, **phases):
+        return {"kind": kind, "first_token_s": first, "full_answer_s": first + 0.3, "cmd_s": first - 0.1,
+                "phases": phases}
+
+    def test_each_agent_kind_is_set_against_its_baseline(self):
+        rows = [self.row("restore", 2.0, total=1.9), self.row("restore", 1.9), self.row("restore-agent", 1.5),
+                self.row("wake", 1.6), self.row("wake-agent", 0.8, **{"gpushare-preload": 0.5}),
+                self.row("wake-agent-cold", 1.2), self.row("pause-nokeep", 3.0), self.row("pause", 2.0)]
+        text = wake_bench.table({"rows": rows})
+        self.assertIn("| `gpusnap restore` in process (median of 2) | 1.95 s |", text)
+        self.assertIn("gpushare-preload 0.50", text)
+        self.assertIn("restore through the agent: 1.50 s against 1.95 s (0.77x)", text)
+        self.assertIn("wake through the agent, standby made by it: 0.80 s against 1.60 s (0.50x)", text)
+        self.assertIn("wake through a fresh agent, nothing pinned: 1.20 s against 1.60 s (0.75x)", text)
+        self.assertIn("`checkpoint --leave-running`: pause: 2.00 s against 3.00 s (0.67x)", text)
+        self.assertIn("wake: 1.22x faster than a restore to the first token", text)
+
+    def test_a_kind_without_its_baseline_gets_no_ratio(self):
+        text = wake_bench.table({"rows": [self.row("restore-agent", 1.5)]})
+        self.assertIn("restore through the agent (median of 1)", text)
+        self.assertNotIn("against", text)
+
+    def test_an_unknown_kind_is_refused_before_anything_runs(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as raised:
+            wake_bench.main(["--snapshot", "none", "--port", "1", "--kinds", "restore,wake-fast"])
+        self.assertEqual(raised.exception.code, 2)
+        self.assertIn("unknown kind(s) wake-fast", err.getvalue())
 
 
 class Protocol(unittest.TestCase):
