@@ -33,16 +33,20 @@ Staging::~Staging() {
     d_.ctx_set_current(reinterpret_cast<abi::CUcontext>(ctx));
     for (abi::CUstream s : streams) d_.stream_destroy(s);
   }
-  for (void* b : buffers_) d_.free_host(b);
+  for (void* b : buffers_)
+    if (b != nullptr) d_.free_host(b);
 }
 
-Status Staging::Init(int buffers, uint64_t bytes) {
-  for (int i = 0; i < buffers; ++i) {
-    void* p = nullptr;
-    GPUSNAP_RETURN_IF_CU_ERROR(d_, d_.host_alloc(&p, bytes, abi::kMemHostAllocPortable), "cuMemHostAlloc");
-    buffers_.push_back(p);
-  }
-  return Status::Ok();
+void Staging::Init(int buffers, uint64_t bytes) {
+  buffers_.assign(static_cast<size_t>(buffers), nullptr);
+  buffer_bytes_ = bytes;
+}
+
+Result<void*> Staging::buffer(size_t i) {
+  if (buffers_[i] == nullptr)  // portable: allocated in whichever context is current, usable from all
+    GPUSNAP_RETURN_IF_CU_ERROR(d_, d_.host_alloc(&buffers_[i], buffer_bytes_, abi::kMemHostAllocPortable),
+                               "cuMemHostAlloc");
+  return buffers_[i];
 }
 
 Result<abi::CUstream> Staging::Stream(uint64_t ctx, size_t i) {
@@ -70,7 +74,7 @@ Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buff
     if (abi::CUresult rc = d.ctx_set_current(reinterpret_cast<abi::CUcontext>(context)); rc != abi::CUDA_SUCCESS)
       return fail(d.Error("cuCtxSetCurrent", rc));
     Staging staging(d);
-    if (Status st = staging.Init(buffers, buffer_bytes); !st.ok()) return fail(st);
+    staging.Init(buffers, buffer_bytes);
     for (size_t j; !failed && (j = next.fetch_add(1)) < jobs;) {
       if (Status st = work(staging, j); !st.ok()) return fail(st);
     }
@@ -131,8 +135,9 @@ Status FillFromChunks(const RealDriver& d, const chunks::ChunkStore& store, cons
           if (pending[slot]) GPUSNAP_RETURN_IF_CU_ERROR(d, d.stream_synchronize(pending[slot]), "cuStreamSynchronize");
           pending[slot] = stream;
           uint64_t n = std::min(kStagingPieceBytes, reader.remaining());
-          GPUSNAP_RETURN_IF_ERROR(reader.Read(staging.buffer(slot), n));
-          GPUSNAP_RETURN_IF_CU_ERROR(d, d.copy_htod_async(r.va + job.offset + off, staging.buffer(slot), n, stream), "cuMemcpyHtoDAsync");
+          GPUSNAP_ASSIGN_OR_RETURN(void* buffer, staging.buffer(slot));
+          GPUSNAP_RETURN_IF_ERROR(reader.Read(buffer, n));
+          GPUSNAP_RETURN_IF_CU_ERROR(d, d.copy_htod_async(r.va + job.offset + off, buffer, n, stream), "cuMemcpyHtoDAsync");
           off += n;
         }
         return reader.Finish();

@@ -39,8 +39,10 @@ class Staging {
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
   ~Staging();
-  Status Init(int buffers, uint64_t bytes);
-  void* buffer(size_t i) { return buffers_[i]; }
+  // `buffers` of `bytes` each, pinned the first time each is asked for: a
+  // fill whose every chunk is zero or in the pinned tier pins none.
+  void Init(int buffers, uint64_t bytes);
+  Result<void*> buffer(size_t i);
   // Makes `ctx` current on this thread and returns its stream number `i`.
   Result<abi::CUstream> Stream(uint64_t ctx, size_t i);
   // A worker's own bookkeeping of its buffers: the stream whose copy last read
@@ -50,7 +52,8 @@ class Staging {
 
  private:
   const RealDriver& d_;
-  std::vector<void*> buffers_;
+  std::vector<void*> buffers_;  // nullptr: not pinned yet
+  uint64_t buffer_bytes_ = 0;
   std::map<uint64_t, std::vector<abi::CUstream>> streams_;
 };
 
@@ -63,8 +66,8 @@ Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buff
 
 // Fills each range from its allocation's chunks (`sources[i]` for
 // `ranges[i]`, the same size): each worker reads a chunk in 16 MiB pieces
-// into its two pinned buffers in turn, and copies each piece on while reading
-// the next; zero chunks are a memset. A chunk's digest is checked as its
+// into its two pinned buffers in turn (pinned when it first reads one), and
+// copies each piece on while reading the next; zero chunks are a memset. A chunk's digest is checked as its
 // pieces go by, and a mismatch fails the fill (kCorruption). A chunk that
 // `pinned` finds already in pinned host memory (the agent's pinned tier,
 // which checked it as it entered) is copied from there whole, unread and

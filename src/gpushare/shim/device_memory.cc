@@ -317,11 +317,12 @@ Status DeviceMemory::Release(const std::string& chunk_store, const std::string& 
                              const ChunkJob& job = jobs[to_copy[j]];
                              const TrackedAllocation& a = saved[job.range];
                              GPUSNAP_ASSIGN_OR_RETURN(abi::CUstream stream, staging.Stream(a.context, 0));
-                             SHIM_CU(Real().copy_dtoh_async(staging.buffer(0), a.va + job.offset, job.length, stream),
+                             GPUSNAP_ASSIGN_OR_RETURN(void* buffer, staging.buffer(0));
+                             SHIM_CU(Real().copy_dtoh_async(buffer, a.va + job.offset, job.length, stream),
                                      "cuMemcpyDtoHAsync");
                              SHIM_CU(Real().stream_synchronize(stream), "cuStreamSynchronize");
                              chunks::SaveStats local;
-                             auto ref = store.SaveChunk(staging.buffer(0), job.length, &local);
+                             auto ref = store.SaveChunk(buffer, job.length, &local);
                              if (!ref.ok()) return ref.status();
                              manifest.allocations[job.range].chunks[job.index] = *ref;
                              MutexLock lock(stats.mu);
