@@ -3,8 +3,6 @@
 // buffer (the fake logs every cuMemHostAlloc).
 #include "gpushare/common/chunk_copy.h"
 
-#include <dlfcn.h>
-
 #include <cstring>
 #include <optional>
 #include <vector>
@@ -12,23 +10,17 @@
 #include <gtest/gtest.h>
 
 #include "chunks/chunk_store.h"
-#include "cuda/fake_cuda_testing.h"
+#include "gpushare/common/fake_driver_testing.h"
 #include "util/temp_dir_testing.h"
 
 namespace gpusnap::gpushare {
 namespace {
 
-class ChunkFillTest : public ::testing::Test {
+class ChunkFillTest : public FakeDriverTest {
  protected:
   void SetUp() override {
-    lib_ = ::dlopen(cuda::fakes::FakeCuda::Library().c_str(), RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(lib_, nullptr) << ::dlerror();
-    d_ = ResolveRealDriver(lib_, &::dlsym);
-    ASSERT_EQ(d_.missing, "");
-    auto init = reinterpret_cast<abi::PFN_cuInit>(::dlsym(lib_, "cuInit"));
-    ASSERT_EQ(init(0), abi::CUDA_SUCCESS);
-    ASSERT_EQ(d_.primary_ctx_retain(&ctx_, 0), abi::CUDA_SUCCESS);
-    ASSERT_EQ(d_.ctx_set_current(ctx_), abi::CUDA_SUCCESS);
+    FakeDriverTest::SetUp();
+    if (HasFatalFailure()) return;
     ASSERT_EQ(d_.mem_alloc(&device_, kSize), abi::CUDA_SUCCESS);
     auto store = chunks::ChunkStore::Open(dir_.path());
     ASSERT_TRUE(store.ok()) << store.status().message();
@@ -47,14 +39,13 @@ class ChunkFillTest : public ::testing::Test {
   }
   void TearDown() override {
     if (device_) d_.mem_free(device_);
-    if (ctx_) d_.primary_ctx_release(0);
+    FakeDriverTest::TearDown();
   }
   // Fills the device memory (first spoilt with 0xff) and checks it holds the
   // zero chunk and the pattern.
   void FillAndCheck(const PinnedLookup& pinned) {
     std::memset(reinterpret_cast<void*>(device_), 0xff, kSize);
-    Status st = FillFromChunks(d_, *store_, {{device_, kSize, reinterpret_cast<uint64_t>(ctx_)}}, {&allocation_}, 4,
-                               pinned);
+    Status st = FillFromChunks(d_, *store_, {{device_, kSize, context()}}, {&allocation_}, 4, pinned);
     ASSERT_TRUE(st.ok()) << st.message();
     const char* got = reinterpret_cast<const char*>(device_);
     std::vector<char> zeros(chunks::kChunkBytes, 0);
@@ -64,12 +55,8 @@ class ChunkFillTest : public ::testing::Test {
   size_t Pinnings() const { return fake_.Calls("cuMemHostAlloc").size(); }
 
   static constexpr uint64_t kSize = chunks::kChunkBytes + (3 << 20);
-  cuda::fakes::FakeCuda fake_;
   TempDir dir_{"chunk-fill"};
   std::optional<chunks::ChunkStore> store_;
-  void* lib_ = nullptr;
-  RealDriver d_;
-  abi::CUcontext ctx_ = nullptr;
   abi::CUdeviceptr device_ = 0;
   std::vector<char> pattern_;
   chunks::ChunkedAllocation allocation_;

@@ -6,34 +6,22 @@
 // (test_gpushare_unchanged_chunks, through gpusnap_fingerprint_check).
 #include "gpushare/common/fingerprint_kernel.h"
 
-#include <dlfcn.h>
-
 #include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "chunks/chunk_store.h"
-#include "cuda/fake_cuda_testing.h"
+#include "gpushare/common/fake_driver_testing.h"
 
 namespace gpusnap::gpushare {
 namespace {
 
-class FingerprintKernelTest : public ::testing::Test {
+class FingerprintKernelTest : public FakeDriverTest {
  protected:
-  void SetUp() override {
-    lib_ = ::dlopen(cuda::fakes::FakeCuda::Library().c_str(), RTLD_NOW | RTLD_LOCAL);
-    ASSERT_NE(lib_, nullptr) << ::dlerror();
-    d_ = ResolveRealDriver(lib_, &::dlsym);
-    ASSERT_EQ(d_.missing, "");
-    auto init = reinterpret_cast<abi::PFN_cuInit>(::dlsym(lib_, "cuInit"));
-    ASSERT_EQ(init(0), abi::CUDA_SUCCESS);
-    ASSERT_EQ(d_.primary_ctx_retain(&ctx_, 0), abi::CUDA_SUCCESS);
-    ASSERT_EQ(d_.ctx_set_current(ctx_), abi::CUDA_SUCCESS);
-  }
   void TearDown() override {
     for (abi::CUdeviceptr p : allocated_) d_.mem_free(p);
-    if (ctx_) d_.primary_ctx_release(0);
+    FakeDriverTest::TearDown();
   }
   // `bytes` of device memory holding `fill`'s pattern.
   abi::CUdeviceptr Filled(uint64_t bytes, unsigned char seed) {
@@ -52,17 +40,13 @@ class FingerprintKernelTest : public ::testing::Test {
     return out;
   }
 
-  cuda::fakes::FakeCuda fake_;
-  void* lib_ = nullptr;
-  RealDriver d_;
-  abi::CUcontext ctx_ = nullptr;
   std::vector<abi::CUdeviceptr> allocated_;
 };
 
 TEST_F(FingerprintKernelTest, EachChunkOfEachRangeGetsItsOwnFingerprint) {
   const uint64_t big = 2 * chunks::kChunkBytes + (2 << 20), small = 6 << 20;
   abi::CUdeviceptr a = Filled(big, 1), b = Filled(small, 2);
-  uint64_t ctx = reinterpret_cast<uint64_t>(ctx_);
+  uint64_t ctx = context();
   FingerprintKernel kernel(d_);
   auto got = kernel.Ranges({{a, big, ctx}, {b, small, ctx}, {b, 12, ctx}});
   ASSERT_TRUE(got.ok()) << got.status().message();
@@ -87,7 +71,7 @@ TEST_F(FingerprintKernelTest, ALaunchTheDriverRefusesIsAnErrorNamingIt) {
   abi::CUdeviceptr a = Filled(2 << 20, 3);
   fake_.Set("FAIL", "cuLaunchKernel:*:719");
   FingerprintKernel kernel(d_);
-  auto got = kernel.Ranges({{a, 2 << 20, reinterpret_cast<uint64_t>(ctx_)}});
+  auto got = kernel.Ranges({{a, 2 << 20, context()}});
   ASSERT_FALSE(got.ok());
   EXPECT_NE(got.status().message().find("cuLaunchKernel"), std::string::npos) << got.status().message();
 }
