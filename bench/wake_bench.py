@@ -223,8 +223,8 @@ class Bench:
               "wake-agent": self.wake_agent, "wake-agent-cold": self.wake_agent_cold, "pause": self.pause,
               "pause-nokeep": lambda: self.pause(keep=False)}
         kinds = self.a.kinds.split(",")
-        self.stop()
         try:
+            self.stop()
             for rnd in range(self.a.rounds):
                 for kind in kinds if rnd % 2 == 0 else kinds[::-1]:
                     try:
