@@ -37,11 +37,6 @@ Staging::~Staging() {
     if (b != nullptr) d_.free_host(b);
 }
 
-void Staging::Init(int buffers, uint64_t bytes) {
-  buffers_.assign(static_cast<size_t>(buffers), nullptr);
-  buffer_bytes_ = bytes;
-}
-
 Result<void*> Staging::buffer(size_t i) {
   if (buffers_[i] == nullptr)  // portable: allocated in whichever context is current, usable from all
     GPUSNAP_RETURN_IF_CU_ERROR(d_, d_.host_alloc(&buffers_[i], buffer_bytes_, abi::kMemHostAllocPortable),
@@ -73,8 +68,7 @@ Status RunChunkJobs(const RealDriver& d, size_t jobs, unsigned threads, int buff
     // Pinned host memory is allocated in a context, though usable from all.
     if (abi::CUresult rc = d.ctx_set_current(reinterpret_cast<abi::CUcontext>(context)); rc != abi::CUDA_SUCCESS)
       return fail(d.Error("cuCtxSetCurrent", rc));
-    Staging staging(d);
-    staging.Init(buffers, buffer_bytes);
+    Staging staging(d, buffers, buffer_bytes);
     for (size_t j; !failed && (j = next.fetch_add(1)) < jobs;) {
       if (Status st = work(staging, j); !st.ok()) return fail(st);
     }

@@ -35,13 +35,13 @@ std::vector<ChunkJob> ChunkJobs(const std::vector<DeviceRange>& ranges);
 // allocated portable, so any context may copy through it.
 class Staging {
  public:
-  explicit Staging(const RealDriver& d) : d_(d) {}
+  // `buffers` of `bytes` each, pinned the first time each is asked for: a
+  // fill whose every chunk is zero or in the pinned tier pins none.
+  Staging(const RealDriver& d, int buffers, uint64_t bytes)
+      : d_(d), buffers_(static_cast<size_t>(buffers), nullptr), buffer_bytes_(bytes) {}
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
   ~Staging();
-  // `buffers` of `bytes` each, pinned the first time each is asked for: a
-  // fill whose every chunk is zero or in the pinned tier pins none.
-  void Init(int buffers, uint64_t bytes);
   Result<void*> buffer(size_t i);
   // Makes `ctx` current on this thread and returns its stream number `i`.
   Result<abi::CUstream> Stream(uint64_t ctx, size_t i);

@@ -90,11 +90,12 @@ Result<AdmitStats> PinnedTier::Admit(const chunks::ChunkStore& store, const std:
       TierSlots::Placement p;
       {
         MutexLock lock(mu_);
-        // Between chunks, not only before the first: a fill that starts
-        // while this admission runs waits for one chunk per thread at most.
-        if (yield == Yield::kToHolds)
+        // Before each chunk, not only the first: a fill that starts while
+        // this admission runs waits for one chunk per thread at most.
+        if (yield == Yield::kToHolds) {
           while (admission_holds_ > 0 && !stopping_) lock.Wait(changed_);
-        if (stopping_ && yield == Yield::kToHolds) return;
+          if (stopping_) return;
+        }
         p = slots_.Place(ref.digest);
       }
       {
@@ -153,7 +154,7 @@ void PinnedTier::AdmitLoop() {
     std::pair<std::string, std::vector<chunks::ChunkRef>> next;
     {
       MutexLock lock(mu_);
-      while ((queue_.empty() || admission_holds_ > 0) && !stopping_) lock.Wait(changed_);
+      while (queue_.empty() && !stopping_) lock.Wait(changed_);
       if (stopping_) return;
       next = std::move(queue_.front());
       queue_.pop_front();
