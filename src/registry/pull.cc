@@ -228,6 +228,10 @@ Result<LockFile> TakeTurn(const std::string& path, int timeout_s, const Progress
   }
 }
 
+// Whether gpusnap.json's digest of a file is its content's plain SHA-256 (a
+// file of one digest chunk), not the chunked digest of a larger one.
+bool ListedByPlainDigest(const FileDigest& file, uint64_t digest_chunk) { return file.size <= digest_chunk; }
+
 // The files of `a` against the ones gpusnap.json lists: each named, of its
 // size, and, where gpusnap.json's digest of it is its content's plain SHA-256
 // (a file of one digest chunk, or a snapshot digested whole), of the same
@@ -251,7 +255,7 @@ Result<std::vector<std::string>> CheckFilesMatch(const registry::Artifact& a, co
     if (it->second.size != f.blob.size)
       return Status::Error(Code::kCorruption, "`{}`: file `{}` is {} bytes in the artifact, {} in its gpusnap.json", ref,
                            f.path, f.blob.size, it->second.size);
-    if (it->second.size > digest_chunk) {
+    if (!ListedByPlainDigest(it->second, digest_chunk)) {
       chunked.push_back(f.path);
       continue;
     }
@@ -279,10 +283,16 @@ Status CheckChunkedDigests(const std::string& dir, const std::vector<std::string
 }
 
 // An encrypted file's plaintext, as its key says (and its HMAC and digest
-// then check as it is decrypted), must be the one gpusnap.json lists.
+// then check as it is decrypted), must be the one gpusnap.json lists. A file
+// gpusnap.json lists by its chunked digest has no plain SHA-256 there to
+// compare: it is digested once decrypted (CheckChunkedDigests).
 Status PlaintextMatches(const registry::OpenedBlob& opened, const ArtifactFile& f, const SnapshotMeta& meta,
                         const std::string& ref) {
   auto it = meta.files.find(f.path);
+  if (it != meta.files.end()) {
+    GPUSNAP_ASSIGN_OR_RETURN(uint64_t digest_chunk, DigestChunkBytes(meta.digest));
+    if (!ListedByPlainDigest(it->second, digest_chunk)) return Status::Ok();
+  }
   if (it == meta.files.end() || registry::BlobDigest(it->second.sha256) != opened.secrets.plain_digest)
     return Status::Error(Code::kCorruption, "`{}`: file `{}` decrypts to {}, not the sha256:{} its gpusnap.json lists",
                          ref, f.path, opened.secrets.plain_digest, it == meta.files.end() ? "" : it->second.sha256);

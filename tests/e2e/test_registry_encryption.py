@@ -26,6 +26,15 @@ while True:
     time.sleep(0.05)
 """
 
+# 96 MiB of random bytes in its heap: a CRIU pages image over one digest chunk.
+BIG_HOLDER = """
+import os, sys, time
+kept = os.urandom(96 << 20)
+open(sys.argv[1], "w").close()
+while True:
+    time.sleep(0.05)
+"""
+
 
 def openssl(*args):
     subprocess.run(["openssl", *args], check=True, capture_output=True)
@@ -188,6 +197,30 @@ class EncryptedPushPull(HolderCase):
         out = self.gs_json("restore", self.ref, "--plain-http", "--decryption-key", self.priv, "--name", "copy",
                            env=node_c)
         self.assertTrue(self.alive(out["pid"]))
+
+    def test_an_image_file_larger_than_a_digest_chunk_pulls_and_restores(self):
+        # gpusnap.json lists a file over one digest chunk (64 MiB) by its chunked
+        # digest, not its plain SHA-256: an 8B-class server's CRIU image has such
+        # files, and their encrypted pull was once refused as "decrypts to ...".
+        ready = os.path.join(self.tmp, "big.ready")
+        pid = int(self.gs("run", "--name", "big", "--", "python3", "-c", BIG_HOLDER, ready).stdout.strip())
+        for _ in range(400):
+            if os.path.exists(ready):
+                break
+            subprocess.run(["sleep", "0.05"])
+        self.assertTrue(os.path.exists(ready))
+        snap = self.checkpoint("big")
+        self.assertTrue(self.wait_gone(pid))
+        image = os.path.join(self.store, "snapshots", snap)
+        largest = max(os.path.getsize(os.path.join(root, n)) for root, _, names in os.walk(image) for n in names)
+        self.assertGreater(largest, 64 << 20)
+        ref = f"{self.reg.host}/team/big:v1"
+        self.gs("push", snap, ref, "--plain-http", *self.encryption_flags())
+        node_b = self.other_store("store-b")
+        out = self.gs_json("restore", ref, "--plain-http", "--decryption-key", self.priv, "--name", "big-copy",
+                           env=node_b)
+        self.assertTrue(self.alive(out["pid"]))
+        self.gs("inspect", "--verify", snap, env=node_b)
 
     def test_a_second_push_under_the_secret_moves_nothing_and_shares_blobs(self):
         first = self.encrypted()
