@@ -181,7 +181,8 @@ struct InPlaceOptions {
   std::vector<pid_t> pids;
   std::string store;            // suspend: default DefaultStore(); resume: the record's, else this
   int quiesce_timeout_ms = 10000;  // suspend: how long running GPU work may take to drain
-  GpuResources gpu_resources;      // resume: the agent's driver and pinned tier; none: made for the call
+  GpuResources gpu_resources;      // the agent's driver and pinned tier (a suspend queues its chunks for the
+                                   // tier, a resume fills from it); none: made for the call
   ProgressFn progress;
 };
 

@@ -7,6 +7,8 @@
 //    suspended) GPU processes, or the pids given; each loads the shim.
 // 1. Quiesce and release them all (gpushare/control/tree.h: all or none).
 // 2. Record the workload suspended, with the store that holds its chunks.
+// 3. Queue its chunks for the agent's pinned tier, where there is one, so
+//    that its resume copies them from pinned memory.
 //
 // Resume:
 // 0. Find the processes: a suspended workload's, or the pids given.
@@ -138,6 +140,10 @@ Result<InPlaceResult> TakeSuspend(const InPlaceOptions& options, Phases& phases,
   GPUSNAP_RETURN_IF_ERROR(InjectedFailure("suspend-record"));
   GPUSNAP_RETURN_IF_ERROR(RecordInPlace(t, true));
   undo.Disarm();
+  // 3. Its chunks pinned ahead of its resume, on the agent's tier's own
+  // thread. Only an optimisation: what the tier lacks, the resume reads.
+  if (control::PinnedTier* tier = options.gpu_resources.pinned_tier.get())
+    if (auto refs = control::SuspendedChunks(t.store, t.procs); refs.ok()) tier->AdmitLater(t.store, *std::move(refs));
   phases.Total();
   return InPlaceResult{t.workload, t.pids, phases.timings()};
 }
@@ -204,7 +210,7 @@ Result<SwapResult> SwapWorkloads(const SwapOptions& options) {
     return Status::Error(Code::kInvalidArgument, "a swap takes two workloads, not `{}` twice", options.suspend);
   Phases phases(options.progress);
   InPlaceOptions out{.name = options.suspend, .pids = {}, .store = options.store,
-                     .quiesce_timeout_ms = options.quiesce_timeout_ms, .gpu_resources = {},
+                     .quiesce_timeout_ms = options.quiesce_timeout_ms, .gpu_resources = options.gpu_resources,
                      .progress = options.progress};
   InPlaceOptions in{.name = options.resume, .pids = {}, .store = "", .quiesce_timeout_ms = 0,
                     .gpu_resources = options.gpu_resources, .progress = options.progress};

@@ -12,6 +12,7 @@ import unittest
 
 import test_agent
 from harness import FakeGpuCase, WorkerSteps, require_built
+from test_standby import metric
 from test_gpushare_fake import FAKE_DIR, SHIM, WORKER, WORKER_ARGS
 
 # Workload b's memory differs in shape from a's (40 and 3 MiB, 32 MiB zero),
@@ -100,6 +101,41 @@ class InPlaceThroughTheAgent(InPlaceCase):
         self.assertEqual(ps, {"a": ("running", False), "b": ("suspended", True)})
         kinds = [j["kind"] for j in agent.request("GET", "/v1/jobs")[1]]
         self.assertEqual(sorted(kinds), ["suspend", "swap", "swap"])
+
+    def settled_tier(self, agent):
+        """The pinned tier's chunks, hits and misses once nothing waits to enter it."""
+        end = time.time() + 30
+        while True:
+            _, text = agent.request("GET", "/metrics")
+            if metric(text, "gpusnap_agent_pinned_tier_admissions_pending") == 0 or time.time() > end:
+                break
+            time.sleep(0.05)
+        self.assertEqual(metric(text, "gpusnap_agent_pinned_tier_admissions_pending"), 0, text)
+        return {k: metric(text, f"gpusnap_agent_pinned_tier_{k}") for k in ("chunks", "hits_total", "misses_total")}
+
+    def test_a_suspended_workloads_chunks_are_pinned_ahead_of_its_resume(self):
+        agent = self.start_agent("--pinned-cache", "1GiB", env=self.env)
+        self.start_workers()
+        self.assertEqual(self.settled_tier(agent), {"chunks": 0, "hits_total": 0, "misses_total": 0})
+        job = self.job(agent, "POST", "/v1/workloads/b/suspend")
+        self.assertEqual(job["state"], "succeeded", job)
+        # b's chunks enter the tier on its own thread once the suspend is done.
+        pinned = self.settled_tier(agent)
+        self.assertGreater(pinned["chunks"], 0, pinned)
+        job = self.job(agent, "POST", "/v1/workloads/swap", {"suspend": "a", "resume": "b"})
+        self.assertEqual(job["state"], "succeeded", job)
+        self.assert_running("b")
+        swapped = self.settled_tier(agent)
+        self.assertGreaterEqual(swapped["hits_total"], pinned["chunks"], swapped)
+        self.assertEqual(swapped["misses_total"], 0, swapped)
+        # a's chunks, stored by the swap's suspend, likewise: the swap back finds them all there.
+        self.assertGreater(swapped["chunks"], pinned["chunks"], swapped)
+        job = self.job(agent, "POST", "/v1/workloads/swap", {"suspend": "b", "resume": "a"})
+        self.assertEqual(job["state"], "succeeded", job)
+        self.assert_running("a")
+        back = self.settled_tier(agent)
+        self.assertGreater(back["hits_total"], swapped["hits_total"], back)
+        self.assertEqual(back["misses_total"], 0, back)
 
     def test_refusals_name_the_problem_and_change_nothing(self):
         agent = self.start_agent(env=self.env)

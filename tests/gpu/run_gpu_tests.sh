@@ -176,9 +176,10 @@ probe_pinned_reader_running() {
 # --- gpusnap checkpoint / restore of whole workloads (CRIU + the driver) ----
 export GPUSNAP_STORE="$OUT/store" GPUSNAP_RUN_DIR="$OUT/run"
 reapers=()  # namespaces this script started; stopped on exit
+stores=("$GPUSNAP_STORE")  # and the tests' own stores
 # The suite's snapshots (tens of GiB a run) go with it: runs in a row on one
 # disk must not fill it. The workloads' output stays for reading.
-trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done; for r in "${reapers[@]}"; do kill "$r" 2>/dev/null; done; rm -rf "$GPUSNAP_STORE"' EXIT
+trap 'for p in "${started[@]}"; do kill -9 "$p" 2>/dev/null; done; for r in "${reapers[@]}"; do kill "$r" 2>/dev/null; done; rm -rf "${stores[@]}"' EXIT
 
 # run_ns NAME CMD...: `gpusnap run` with output in $OUT/NAME.out; sets $pid.
 run_ns() {
@@ -580,6 +581,7 @@ PY
 test_agent_swap_servers() {
   local model=${GPU_TEST_MODEL:-1b} weights=${GPU_TEST_WEIGHTS:-/tmp/gpusnap-weights}
   local sock=$OUT/swap-agent.sock store=$OUT/swap-store port_a=18421 port_b=18422 agent_pid
+  stores+=("$store")
   current="(h) two $model static-engine servers on one GPU swapped through the agent, each answering its own tokens"
   # Two models of one shape, their weights of two seeds: each answers its own tokens.
   local seed_a=1234 seed_b=4321 seed
@@ -629,13 +631,21 @@ PY
   cmp -s <(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tokens"])' "$OUT/swap-a-first.json") \
     <(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["tokens"])' "$OUT/swap-b-first.json") &&
     { fail "a and b answer the same tokens: the check of each one's own answer could not fail"; return; }
-  # Three swaps: b's chunks are not in the tier at the first (they were
-  # stored by its suspend, which pins nothing), so it reads them from the
-  # page cache and the tier keeps them after; a's likewise at the second; the
-  # third finds b's in the tier.
-  local round n out in port_in m0 m1
+  # Three swaps. A suspend through the agent queues the workload's chunks for
+  # the tier, pinned in the background ahead of its resume: each swap first
+  # waits (bounded) for the tier to settle, as a suspended server waits for
+  # its turn, so each resume copies from pinned memory.
+  local round n out in port_in m0 m1 settle_start
   for round in "1 a b $port_b" "2 b a $port_a" "3 a b $port_b"; do
     read -r n out in port_in <<<"$round"
+    settle_start=$(date +%s.%N)
+    for _ in $(seq 1200); do
+      curl -s --unix-socket "$sock" http://agent/metrics | grep -q '^gpusnap_agent_pinned_tier_admissions_pending 0$' && break
+      sleep 0.1
+    done
+    curl -s --unix-socket "$sock" http://agent/metrics | grep -q '^gpusnap_agent_pinned_tier_admissions_pending 0$' ||
+      { fail "the pinned tier did not settle in 120 s before swap $n"; return; }
+    echo "INFO: swap $n: the tier settled $(python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$settle_start") s after the last step"
     m0=$(curl -s --unix-socket "$sock" http://agent/metrics | grep '^gpusnap_agent_pinned_tier')
     python3 "$root/bench/client.py" --port "$port_in" --stream --exec -- python3 "$OUT/agent_call.py" "$sock" POST \
       /v1/workloads/swap "{\"suspend\": \"swap-$out\", \"resume\": \"swap-$in\"}" >"$OUT/swap-$n.json" ||

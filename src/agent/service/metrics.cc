@@ -79,6 +79,10 @@ std::string FormatMetrics(const MetricsSnapshot& m) {
     out += "# HELP gpusnap_agent_pinned_tier_chunks Chunks in the pinned tier.\n";
     out += "# TYPE gpusnap_agent_pinned_tier_chunks gauge\n";
     out += fmt::format("gpusnap_agent_pinned_tier_chunks {}\n", t->chunks);
+    out += "# HELP gpusnap_agent_pinned_tier_admissions_pending Batches of chunks waiting to enter the pinned tier, "
+           "or entering it.\n";
+    out += "# TYPE gpusnap_agent_pinned_tier_admissions_pending gauge\n";
+    out += fmt::format("gpusnap_agent_pinned_tier_admissions_pending {}\n", t->admissions_pending);
     const std::pair<const char*, uint64_t> counters[] = {
         {"hits", t->hits}, {"misses", t->misses}, {"evictions", t->evictions}};
     const char* help[] = {"Chunks fills copied from the pinned tier.",

@@ -57,12 +57,14 @@ TEST(AgentMetrics, ThePinnedTierIsReportedOnlyWhenThereIsOne) {
   Metrics m;
   EXPECT_EQ(m.Format(0).find("gpusnap_agent_pinned_tier"), std::string::npos);
   gpushare::control::PinnedTierGauges g{.capacity_bytes = 4ull << 26, .used_bytes = 3ull << 26, .chunks = 3,
-                                        .hits = 7, .misses = 2, .evictions = 1};
+                                        .hits = 7, .misses = 2, .evictions = 1, .admissions_pending = 2};
   std::string text = m.Format(0, g);
   for (const char* line : {"# TYPE gpusnap_agent_pinned_tier_bytes gauge\n",
                            "gpusnap_agent_pinned_tier_bytes{kind=\"capacity\"} 268435456\n",
                            "gpusnap_agent_pinned_tier_bytes{kind=\"used\"} 201326592\n",
                            "gpusnap_agent_pinned_tier_chunks 3\n",
+                           "# TYPE gpusnap_agent_pinned_tier_admissions_pending gauge\n"
+                           "gpusnap_agent_pinned_tier_admissions_pending 2\n",
                            "# TYPE gpusnap_agent_pinned_tier_hits_total counter\ngpusnap_agent_pinned_tier_hits_total 7\n",
                            "# TYPE gpusnap_agent_pinned_tier_misses_total counter\ngpusnap_agent_pinned_tier_misses_total 2\n",
                            "gpusnap_agent_pinned_tier_evictions_total 1\n"})

@@ -145,6 +145,7 @@ void PinnedTier::AdmitLater(std::string chunk_store, std::vector<chunks::ChunkRe
   MutexLock lock(mu_);
   if (stopping_ || refs.empty()) return;
   queue_.emplace_back(std::move(chunk_store), std::move(refs));
+  ++admissions_pending_;
   if (!admitter_.joinable()) admitter_ = std::thread([this] { AdmitLoop(); });
   changed_.notify_all();
 }
@@ -161,6 +162,8 @@ void PinnedTier::AdmitLoop() {
     }
     if (auto store = chunks::ChunkStore::Open(next.first); store.ok())
       (void)Admit(*store, next.second, {}, Yield::kToHolds);
+    MutexLock lock(mu_);
+    --admissions_pending_;
   }
 }
 
@@ -221,14 +224,15 @@ PinnedTierGauges PinnedTier::gauges() const {
   g.hits = hits_;
   g.misses = misses_;
   g.evictions = slots_.evictions();
+  g.admissions_pending = admissions_pending_;
   return g;
 }
 
-Result<std::vector<chunks::ChunkRef>> PreloadedChunks(const std::string& gpu_dir, const std::vector<int>& ns_pids) {
+Result<std::vector<chunks::ChunkRef>> PreloadedChunks(const std::vector<std::pair<std::string, int>>& manifests) {
   std::vector<chunks::ChunkRef> out;
   std::set<chunks::ChunkDigest> seen;
-  for (int ns_pid : ns_pids) {
-    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, ReadManifestOf(gpu_dir, ns_pid));
+  for (const auto& [dir, ns_pid] : manifests) {
+    GPUSNAP_ASSIGN_OR_RETURN(chunks::ChunkManifest manifest, ReadManifestOf(dir, ns_pid));
     for (const chunks::ChunkedAllocation& a : manifest.allocations) {
       if (a.origin != chunks::AllocationOrigin::kShim) continue;
       for (const chunks::ChunkRef& r : a.chunks)
@@ -236,6 +240,12 @@ Result<std::vector<chunks::ChunkRef>> PreloadedChunks(const std::string& gpu_dir
     }
   }
   return out;
+}
+
+Result<std::vector<chunks::ChunkRef>> PreloadedChunks(const std::string& gpu_dir, const std::vector<int>& ns_pids) {
+  std::vector<std::pair<std::string, int>> manifests;
+  for (int ns_pid : ns_pids) manifests.emplace_back(gpu_dir, ns_pid);
+  return PreloadedChunks(manifests);
 }
 
 }  // namespace gpusnap::gpushare::control

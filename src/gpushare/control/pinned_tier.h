@@ -49,6 +49,7 @@ struct PinnedTierGauges {
   uint64_t hits = 0;        // chunks fills found here (since the tier was made)
   uint64_t misses = 0;      // chunks fills read from the chunk store instead
   uint64_t evictions = 0;
+  uint64_t admissions_pending = 0;  // AdmitLater's batches queued or under way
 };
 
 // What one admission did.
@@ -140,6 +141,7 @@ class PinnedTier : public std::enable_shared_from_this<PinnedTier> {
   uint64_t hits_ GUARDED_BY(mu_) = 0;
   uint64_t misses_ GUARDED_BY(mu_) = 0;
   std::deque<std::pair<std::string, std::vector<chunks::ChunkRef>>> queue_ GUARDED_BY(mu_);
+  size_t admissions_pending_ GUARDED_BY(mu_) = 0;  // queue_ and the batch under way
   bool stopping_ GUARDED_BY(mu_) = false;
   size_t admission_holds_ GUARDED_BY(mu_) = 0;
   std::condition_variable changed_;
@@ -150,5 +152,7 @@ class PinnedTier : public std::enable_shared_from_this<PinnedTier> {
 // processes `ns_pids` whose manifests are in `gpu_dir`, in manifest order,
 // each digest once. Errors: the manifests' (kIoError, kCorruption).
 Result<std::vector<chunks::ChunkRef>> PreloadedChunks(const std::string& gpu_dir, const std::vector<int>& ns_pids);
+// The same for manifests each in a directory of its own: (directory, ns pid).
+Result<std::vector<chunks::ChunkRef>> PreloadedChunks(const std::vector<std::pair<std::string, int>>& manifests);
 
 }  // namespace gpusnap::gpushare::control

@@ -525,6 +525,12 @@ std::string SuspendedDir(const std::string& store, const ShimProcess& p) {
   return fmt::format("{}/{}", chunks::SuspendedRoot(store), p.pid);
 }
 
+Result<std::vector<chunks::ChunkRef>> SuspendedChunks(const std::string& store, const std::vector<ShimProcess>& procs) {
+  std::vector<std::pair<std::string, int>> manifests;
+  for (const ShimProcess& p : procs) manifests.emplace_back(SuspendedDir(store, p), p.ns_pid);
+  return PreloadedChunks(manifests);
+}
+
 Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,
                       std::map<std::string, double>& timings) {
   // Each process keeps its manifest in a directory of its own.

@@ -165,6 +165,9 @@ Result<std::map<std::array<uint8_t, 16>, uint64_t>> DeviceBytesByGpu(const std::
 // manifests are written.
 Result<std::vector<ShimProcess>> ShimProcessesOf(const std::vector<pid_t>& pids);
 std::string SuspendedDir(const std::string& store, const ShimProcess& p);
+// The stored chunks the resume of `procs`, suspended in place into `store`,
+// will fill (PreloadedChunks of their manifests).
+Result<std::vector<chunks::ChunkRef>> SuspendedChunks(const std::string& store, const std::vector<ShimProcess>& procs);
 Status SuspendInPlace(const std::vector<ShimProcess>& procs, const std::string& store, int quiesce_timeout_ms,
                       std::map<std::string, double>& timings);
 Status ResumeInPlace(const std::vector<ShimProcess>& procs, const std::string& store,
