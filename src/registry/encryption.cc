@@ -232,17 +232,33 @@ Status BlobDecryption::Verify(std::string_view ref, std::string_view what) {
   return CheckPlainDigest(opened_, "sha256:" + plain_.HexFinal(), ref, what);
 }
 
+namespace {
+constexpr uint64_t kDecryptBlock = 1 << 20;
+}  // namespace
+
+ChunkDecryption::ChunkDecryption(const OpenedBlob& opened) : opened_(opened), mac_(opened.secrets.key) {}
+
+void ChunkDecryption::Decrypt(char* buf, uint64_t end) {
+  // The MAC and the keystream together, a block at a time.
+  while (done_ < end) {
+    size_t n = size_t(std::min(kDecryptBlock, end - done_));
+    mac_.Update(buf + done_, n);
+    ApplyKeystream(opened_.secrets.key, done_, buf + done_, n);
+    done_ += n;
+  }
+}
+
+void ChunkDecryption::Advance(char* buf, uint64_t have) { Decrypt(buf, have - have % kDecryptBlock); }
+
+Status ChunkDecryption::Finish(char* buf, uint64_t size, std::string_view ref, std::string_view what) {
+  Decrypt(buf, size);
+  return CheckMac(opened_, mac_.Final(), ref, what);
+}
+
 Result<std::string> DecryptChunk(const OpenedBlob& opened, std::string bytes, std::string_view ref,
                                  std::string_view what) {
-  // A block at a time, the MAC and the keystream together, while it is in cache.
-  constexpr size_t kBlock = 1 << 20;
-  LayerMac mac(opened.secrets.key);
-  for (size_t at = 0; at < bytes.size(); at += kBlock) {
-    size_t n = std::min(kBlock, bytes.size() - at);
-    mac.Update(bytes.data() + at, n);
-    ApplyKeystream(opened.secrets.key, at, bytes.data() + at, n);
-  }
-  GPUSNAP_RETURN_IF_ERROR(CheckMac(opened, mac.Final(), ref, what));
+  ChunkDecryption decryption(opened);
+  GPUSNAP_RETURN_IF_ERROR(decryption.Finish(bytes.data(), bytes.size(), ref, what));
   return bytes;
 }
 

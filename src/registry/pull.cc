@@ -172,8 +172,9 @@ Status FetchFile(Sources& sources, const std::string& staging, const ArtifactFil
 }
 
 // A chunk into the chunk store, checked twice: the bytes against the blob's
-// SHA-256 as they stream, then against the XXH3 name the artifact maps it to
-// (an encrypted one's HMAC too, before it is decrypted: DecryptChunk).
+// SHA-256 as they stream (an encrypted one's against its HMAC instead, and
+// decrypted as they stream: ChunkDecryption says why), then against the
+// XXH3 name the artifact maps it to.
 Status FetchChunk(Sources& sources, const chunks::ChunkStore& chunk_store, const ArtifactChunk& c,
                   const DecryptionKeys* keys, const std::string& ref, registry::TransferMeter& meter,
                   const std::function<void(std::string)>& wrote) {
@@ -184,23 +185,31 @@ Status FetchChunk(Sources& sources, const chunks::ChunkStore& chunk_store, const
   if (c.blob.encryption.encrypted()) {
     GPUSNAP_ASSIGN_OR_RETURN(opened, registry::OpenAnnotations(c.blob.encryption, keys, ref));
   }
+  std::optional<registry::ChunkDecryption> decryption;
+  if (opened) decryption.emplace(*opened);
   std::string buf(c.blob.size, '\0');
   uint64_t have = 0;
   Sha256 hash;
   auto got = sources.FetchBlob(c.blob, 0, [&](const char* data, size_t n) {
     if (have + n > buf.size()) return false;
     std::memcpy(buf.data() + have, data, n);
-    hash.Update(data, n);
     have += n;
+    if (decryption)
+      decryption->Advance(buf.data(), have);
+    else
+      hash.Update(data, n);
     meter.Moved(n);
     return true;
   });
-  GPUSNAP_RETURN_IF_ERROR(got.status().Wrap(fmt::format("chunk {}", c.xxh3)));
-  std::string hex = hash.HexFinal();
-  if (have != c.blob.size || registry::BlobDigest(hex) != c.blob.digest)
-    return Mismatch(ref, c.blob, fmt::format("chunk {}", c.xxh3), hex, got->place);
-  if (opened) {
-    GPUSNAP_ASSIGN_OR_RETURN(buf, registry::DecryptChunk(*opened, std::move(buf), ref, fmt::format("chunk {}", c.xxh3)));
+  const std::string what = fmt::format("chunk {}", c.xxh3);
+  GPUSNAP_RETURN_IF_ERROR(got.status().Wrap(what));
+  if (decryption) {
+    if (have != c.blob.size)
+      return Status::Error(Code::kCorruption, "`{}`: blob {} ({}) came as {} bytes, not {}; not stored", ref,
+                           c.blob.digest, what, have, c.blob.size);
+    GPUSNAP_RETURN_IF_ERROR(decryption->Finish(buf.data(), have, ref, what));
+  } else if (std::string hex = hash.HexFinal(); have != c.blob.size || registry::BlobDigest(hex) != c.blob.digest) {
+    return Mismatch(ref, c.blob, what, hex, got->place);
   }
   chunks::ChunkDigest name = chunks::ComputeChunkDigest(buf.data(), have);
   if (chunks::DigestHex(name) != c.xxh3)
