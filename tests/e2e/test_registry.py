@@ -48,6 +48,7 @@ class RegistryMixin:
         reg = registry.Registry(os.path.join(self.tmp, name), mode)
         self.addCleanup(reg.close)
         reg.start()
+        self.__dict__.setdefault("started_registries", []).append(reg)
         return reg
 
     def flags(self, reg):
@@ -68,7 +69,10 @@ class RegistryMixin:
         env = dict(os.environ, HOME=home, XDG_RUNTIME_DIR=home, XDG_CONFIG_HOME=home, CONTAINERS_REGISTRIES_CONF=conf)
         p = subprocess.run([SKOPEO, "--insecure-policy", *args], env=env, capture_output=True, text=True, timeout=120)
         if check and p.returncode != 0:
-            self.fail(f"skopeo {' '.join(args)} failed:\n{p.stderr}")
+            # A registry's answer (a 500 now and then under load) is in its log.
+            logs = "".join(f"\n{os.path.basename(r.workdir)} log:\n{registry.log_tail(r.log)}"
+                           for r in self.__dict__.get("started_registries", []))
+            self.fail(f"skopeo {' '.join(args)} failed:\n{p.stderr}{logs}")
         return p
 
     def one_line_error(self, p):
