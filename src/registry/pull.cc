@@ -80,7 +80,9 @@ Result<std::string> FetchConfig(Sources& sources, const Blob& blob, const std::o
 }
 
 // A file of the snapshot into the staging directory, going on from what an
-// interrupted pull left in <file>.part (decrypted, when `decryption` is given).
+// interrupted pull left in <file>.part, checked against its blob's digest;
+// or, when `decryption` is given, decrypted and checked by its HMAC (which
+// stands for the digest: ChunkDecryption) and its plaintext's digest.
 Status FetchFile(Sources& sources, const std::string& staging, const ArtifactFile& f,
                  registry::BlobDecryption* decryption, const std::string& ref, registry::TransferMeter& meter) {
   std::string final_path = staging + "/" + f.path;
@@ -100,8 +102,10 @@ Status FetchFile(Sources& sources, const std::string& staging, const ArtifactFil
     while (have < uint64_t(st.st_size)) {
       ssize_t n = ::pread(fd.get(), buf.data(), std::min<uint64_t>(buf.size(), st.st_size - have), off_t(have));
       if (n <= 0) break;
-      if (decryption) decryption->Replay(have, buf.data(), size_t(n));
-      hash.Update(buf.data(), size_t(n));
+      if (decryption)
+        decryption->Replay(have, buf.data(), size_t(n));
+      else
+        hash.Update(buf.data(), size_t(n));
       have += uint64_t(n);
     }
   }
@@ -131,7 +135,7 @@ Status FetchFile(Sources& sources, const std::string& staging, const ArtifactFil
     if (decryption) decryption->Decrypt(have, data, n, pending);
     else pending.append(data, n);
     if (pending.size() >= kWriteBytes && !flush()) return false;
-    hash.Update(data, n);
+    if (!decryption) hash.Update(data, n);  // an encrypted blob's HMAC stands for its digest (ChunkDecryption)
     have += n;
     meter.Moved(n);
     return true;
@@ -151,12 +155,13 @@ Status FetchFile(Sources& sources, const std::string& staging, const ArtifactFil
     return written;
   }
   GPUSNAP_RETURN_IF_ERROR(got.status().Wrap(f.path));
-  std::string hex = hash.HexFinal();
-  if (have != f.blob.size || registry::BlobDigest(hex) != f.blob.digest) {
+  if (have != f.blob.size) {
     ::unlink(part.c_str());
-    if (have != f.blob.size)
-      return Status::Error(Code::kCorruption, "`{}`: blob {} ({}) ended after {} of its {} bytes; not stored", ref,
-                           f.blob.digest, f.path, have, f.blob.size);
+    return Status::Error(Code::kCorruption, "`{}`: blob {} ({}) ended after {} of its {} bytes; not stored", ref,
+                         f.blob.digest, f.path, have, f.blob.size);
+  }
+  if (std::string hex = hash.HexFinal(); !decryption && registry::BlobDigest(hex) != f.blob.digest) {
+    ::unlink(part.c_str());
     return Mismatch(ref, f.blob, f.path, hex, got->place);
   }
   if (decryption) {
