@@ -124,8 +124,8 @@ Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std
 // have is in the blob's public options, in the manifest the pull pinned by
 // digest (and a policy's signature), so bytes that pass it are the pushed
 // ones and the blob's digest need not be hashed as well (on an H200 host
-// that third hash of every byte made a sealed pull 67% slower than a clear
-// one). The plaintext is for the caller to check by the chunk's XXH3 name, as
+// that second hash of every byte, out of cache, made a sealed pull 67% slower
+// than a clear one). The plaintext is for the caller to check by the chunk's XXH3 name, as
 // a chunk pushed in the clear is checked; the plaintext's SHA-256 in the key's
 // options would be one more hash of every byte, tying it to nothing the HMAC
 // and the name do not.

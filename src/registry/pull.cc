@@ -160,9 +160,11 @@ Status FetchFile(Sources& sources, const std::string& staging, const ArtifactFil
     return Status::Error(Code::kCorruption, "`{}`: blob {} ({}) ended after {} of its {} bytes; not stored", ref,
                          f.blob.digest, f.path, have, f.blob.size);
   }
-  if (std::string hex = hash.HexFinal(); !decryption && registry::BlobDigest(hex) != f.blob.digest) {
-    ::unlink(part.c_str());
-    return Mismatch(ref, f.blob, f.path, hex, got->place);
+  if (!decryption) {
+    if (std::string hex = hash.HexFinal(); registry::BlobDigest(hex) != f.blob.digest) {
+      ::unlink(part.c_str());
+      return Mismatch(ref, f.blob, f.path, hex, got->place);
+    }
   }
   if (decryption) {
     if (Status verified = decryption->Verify(ref, f.path); !verified.ok()) {
