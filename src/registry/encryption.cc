@@ -59,29 +59,38 @@ LayerKey DeriveLayerKey(const std::array<unsigned char, kTenantSecretBytes>& sec
   return out;
 }
 
-void ApplyKeystream(const LayerKey& k, uint64_t offset, char* data, size_t n) {
-  // The counter block of `offset`: the nonce plus offset / 16, carried over all 128 bits.
-  std::array<unsigned char, 16> counter = k.nonce;
-  uint64_t add = offset / 16;
-  for (int i = 15; i >= 0 && add; --i) {
-    uint64_t sum = uint64_t(counter[size_t(i)]) + (add & 0xff);
-    counter[size_t(i)] = uint8_t(sum);
-    add = (add >> 8) + (sum >> 8);
-  }
-  CipherCtx ctx(EVP_CIPHER_CTX_new());
+Keystream::Keystream(const LayerKey& key) : key_(key), ctx_(EVP_CIPHER_CTX_new(), EVP_CIPHER_CTX_free) {
+  if (!ctx_) std::abort();
+}
+
+void Keystream::Apply(uint64_t offset, char* data, size_t n) {
   int len = 0;
-  unsigned char skip[16];
-  if (!ctx || EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_ctr(), nullptr, k.key.data(), counter.data()) != 1 ||
-      (offset % 16 && EVP_EncryptUpdate(ctx.get(), skip, &len, skip, int(offset % 16)) != 1))
-    std::abort();
+  if (!started_ || offset != next_) {
+    // The counter block of `offset`: the nonce plus offset / 16, carried over all 128 bits.
+    std::array<unsigned char, 16> counter = key_.nonce;
+    uint64_t add = offset / 16;
+    for (int i = 15; i >= 0 && add; --i) {
+      uint64_t sum = uint64_t(counter[size_t(i)]) + (add & 0xff);
+      counter[size_t(i)] = uint8_t(sum);
+      add = (add >> 8) + (sum >> 8);
+    }
+    unsigned char skip[16] = {};
+    if (EVP_EncryptInit_ex(ctx_.get(), EVP_aes_256_ctr(), nullptr, key_.key.data(), counter.data()) != 1 ||
+        (offset % 16 && EVP_EncryptUpdate(ctx_.get(), skip, &len, skip, int(offset % 16)) != 1))
+      std::abort();
+    started_ = true;
+  }
   auto* p = reinterpret_cast<unsigned char*>(data);
+  next_ = offset + n;
   while (n > 0) {
     int step = int(std::min<size_t>(n, 1 << 30));
-    if (EVP_EncryptUpdate(ctx.get(), p, &len, p, step) != 1) std::abort();
+    if (EVP_EncryptUpdate(ctx_.get(), p, &len, p, step) != 1) std::abort();
     p += step;
     n -= size_t(step);
   }
 }
+
+void ApplyKeystream(const LayerKey& k, uint64_t offset, char* data, size_t n) { Keystream(k).Apply(offset, data, n); }
 
 LayerMac::LayerMac(const LayerKey& key) : ctx_(nullptr, EVP_MAC_CTX_free) {
   EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
@@ -185,19 +194,23 @@ Result<OpenedBlob> OpenAnnotations(const BlobEncryption& enc, const DecryptionKe
                        keys->given);
 }
 
-BlobDecryption::BlobDecryption(OpenedBlob opened) : opened_(std::move(opened)), mac_(opened_.secrets.key) {}
+BlobDecryption::BlobDecryption(OpenedBlob opened, PlainDigestCheck plain_check)
+    : opened_(std::move(opened)),
+      plain_check_(plain_check),
+      keystream_(opened_.secrets.key),
+      mac_(opened_.secrets.key) {}
 
 void BlobDecryption::Decrypt(uint64_t offset, const char* cipher, size_t n, std::string& plain) {
   mac_.Update(cipher, n);
   size_t at = plain.size();
   plain.append(cipher, n);
-  ApplyKeystream(opened_.secrets.key, offset, plain.data() + at, n);
-  plain_.Update(plain.data() + at, n);
+  keystream_.Apply(offset, plain.data() + at, n);
+  if (plain_check_ == PlainDigestCheck::kHere) plain_.Update(plain.data() + at, n);
 }
 
 void BlobDecryption::Replay(uint64_t offset, char* data, size_t n) {
-  plain_.Update(data, n);
-  ApplyKeystream(opened_.secrets.key, offset, data, n);
+  if (plain_check_ == PlainDigestCheck::kHere) plain_.Update(data, n);
+  keystream_.Apply(offset, data, n);
   mac_.Update(data, n);
 }
 
@@ -229,6 +242,7 @@ Status CheckPlainDigest(const OpenedBlob& opened, std::string_view plain_digest,
 
 Status BlobDecryption::Verify(std::string_view ref, std::string_view what) {
   GPUSNAP_RETURN_IF_ERROR(CheckMac(opened_, mac_.Final(), ref, what));
+  if (plain_check_ == PlainDigestCheck::kByCaller) return Status::Ok();
   return CheckPlainDigest(opened_, "sha256:" + plain_.HexFinal(), ref, what);
 }
 
@@ -236,14 +250,15 @@ namespace {
 constexpr uint64_t kDecryptBlock = 1 << 20;
 }  // namespace
 
-ChunkDecryption::ChunkDecryption(const OpenedBlob& opened) : opened_(opened), mac_(opened.secrets.key) {}
+ChunkDecryption::ChunkDecryption(const OpenedBlob& opened)
+    : opened_(opened), keystream_(opened.secrets.key), mac_(opened.secrets.key) {}
 
 void ChunkDecryption::Decrypt(char* buf, uint64_t end) {
   // The MAC and the keystream together, a block at a time.
   while (done_ < end) {
     size_t n = size_t(std::min(kDecryptBlock, end - done_));
     mac_.Update(buf + done_, n);
-    ApplyKeystream(opened_.secrets.key, done_, buf + done_, n);
+    keystream_.Apply(done_, buf + done_, n);
     done_ += n;
   }
 }

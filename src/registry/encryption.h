@@ -28,6 +28,7 @@
 #include "store/sha256.h"
 
 struct evp_mac_ctx_st;
+struct evp_cipher_ctx_st;
 
 namespace gpusnap::registry {
 
@@ -55,6 +56,22 @@ LayerKey DeriveLayerKey(const std::array<unsigned char, kTenantSecretBytes>& sec
 // 128-bit big-endian number (as Go's cipher.NewCTR, ocicrypt's, does):
 // encrypts plaintext, decrypts ciphertext.
 void ApplyKeystream(const LayerKey& key, uint64_t offset, char* data, size_t n);
+
+// The same keystream applied to a blob piece by piece: one cipher context,
+// set up again only where a piece does not follow the last (a transfer
+// resumed or restarted), since setting it up for every piece of a stream
+// (4 KiB from the network) cost as much as the cipher itself.
+class Keystream {
+ public:
+  explicit Keystream(const LayerKey& key);
+  void Apply(uint64_t offset, char* data, size_t n);
+
+ private:
+  LayerKey key_;
+  std::unique_ptr<evp_cipher_ctx_st, void (*)(evp_cipher_ctx_st*)> ctx_;
+  uint64_t next_ = 0;
+  bool started_ = false;
+};
 
 // HMAC-SHA256 of a blob's ciphertext, keyed by its symmetric key (ocicrypt's).
 class LayerMac {
@@ -95,10 +112,14 @@ struct OpenedBlob {
 Result<OpenedBlob> OpenAnnotations(const BlobEncryption& enc, const DecryptionKeys* keys, std::string_view ref);
 
 // A blob decrypted as its ciphertext streams: the HMAC of the ciphertext
-// and the plaintext's SHA-256, both checked at the end.
+// and, where kHere, the plaintext's SHA-256 against its key's options, both
+// checked at the end. A file whose plaintext the caller checks against
+// gpusnap.json itself once it is in (a pull's file of several digest
+// chunks: CheckChunkedDigests) is kByCaller, not hashed once more here.
+enum class PlainDigestCheck { kHere, kByCaller };
 class BlobDecryption {
  public:
-  explicit BlobDecryption(OpenedBlob opened);
+  BlobDecryption(OpenedBlob opened, PlainDigestCheck plain_check);
   // Ciphertext at `offset` of the blob, appended to `plain` decrypted.
   void Decrypt(uint64_t offset, const char* cipher, size_t n, std::string& plain);
   // Plaintext already decrypted (a resumed transfer), at `offset`: turned
@@ -110,6 +131,8 @@ class BlobDecryption {
 
  private:
   OpenedBlob opened_;
+  PlainDigestCheck plain_check_;
+  Keystream keystream_;
   LayerMac mac_;
   Sha256 plain_;
 };
@@ -142,6 +165,7 @@ class ChunkDecryption {
  private:
   void Decrypt(char* buf, uint64_t end);
   const OpenedBlob& opened_;
+  Keystream keystream_;
   LayerMac mac_;
   uint64_t done_ = 0;
 };

@@ -313,7 +313,7 @@ TEST(Encryption, ABlobSealedOpensOnlyWithAKeyAndAnyChangeIsCaught) {
   }
 
   // Streamed in pieces, part of it replayed as a resumed download does.
-  BlobDecryption d(*opened);
+  BlobDecryption d(*opened, PlainDigestCheck::kHere);
   std::string out = plain.substr(0, 20);
   std::string replay = out;
   d.Replay(0, replay.data(), replay.size());
@@ -321,6 +321,50 @@ TEST(Encryption, ABlobSealedOpensOnlyWithAKeyAndAnyChangeIsCaught) {
   d.Decrypt(20, cipher.data() + 20, cipher.size() - 20, out);
   EXPECT_EQ(out, plain);
   EXPECT_TRUE(d.Verify("reg/x:1", "file f").ok());
+
+  // A file's plaintext digest in its key's options is checked here unless
+  // the caller checks the plaintext itself; its HMAC is checked either way.
+  for (PlainDigestCheck check : {PlainDigestCheck::kHere, PlainDigestCheck::kByCaller}) {
+    BlobDecryption claimed_other(other_digest, check);
+    std::string decrypted;
+    claimed_other.Decrypt(0, cipher.data(), cipher.size(), decrypted);
+    EXPECT_EQ(decrypted, plain);
+    Status verified = claimed_other.Verify("reg/x:1", "file f");
+    if (check == PlainDigestCheck::kHere) {
+      EXPECT_NE(verified.message().find("file f decrypts to bytes of"), std::string::npos) << verified.ToString();
+    } else {
+      EXPECT_TRUE(verified.ok()) << verified.ToString();
+    }
+    BlobDecryption tampered(*opened, check);
+    decrypted.clear();
+    tampered.Decrypt(0, flipped.data(), flipped.size(), decrypted);
+    EXPECT_NE(tampered.Verify("reg/x:1", "file f").message().find("file f does not match its HMAC"), std::string::npos);
+  }
+}
+
+TEST(Encryption, AKeystreamAppliedPieceByPieceIsTheOneShotOneWhereverThePiecesStart) {
+  LayerKey k = KeyOf(std::string(64, '7'), "00000000000000000000000000fffff0");
+  std::string whole(1 << 20, 'p');
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = char(i * 31 % 251);
+  std::string expected = whole;
+  ApplyKeystream(k, 0, expected.data(), expected.size());
+  // Pieces in order, of odd sizes (as the network delivers them), then a
+  // step back to a resumed offset and a jump ahead.
+  Keystream stream(k);
+  std::string got = whole;
+  size_t at = 0;
+  for (size_t piece = 1; at < 700000; at += piece, piece = piece * 5 % 40009 + 3)
+    stream.Apply(at, got.data() + at, std::min(piece, got.size() - at));
+  EXPECT_EQ(got.substr(0, at), expected.substr(0, at));
+  std::string again = whole.substr(100003, 5000);
+  stream.Apply(100003, again.data(), again.size());
+  EXPECT_EQ(again, expected.substr(100003, 5000));
+  std::string ahead = whole.substr(900017, 4096);
+  stream.Apply(900017, ahead.data(), ahead.size());
+  EXPECT_EQ(ahead, expected.substr(900017, 4096));
+  std::string next = whole.substr(900017 + 4096, 17);
+  stream.Apply(900017 + 4096, next.data(), next.size());
+  EXPECT_EQ(next, expected.substr(900017 + 4096, 17));
 }
 
 TEST(Jwe, RsaAndEcRecipientsEachOpenItAndNoOtherKeyDoes) {

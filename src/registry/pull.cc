@@ -462,13 +462,15 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   p->meter_ = std::make_unique<TransferMeter>("pull", o.progress, result.blobs, total);
   p->meter_->BlobMoved();  // the config, fetched above
   p->meter_->Moved(config.size());
+  // The chunk manifests come first: they name the chunks, which then arrive
+  // while the other files do (a server's CRIU pages image, gigabytes in one
+  // stream, would otherwise hold every chunk back).
+  std::set<std::string> manifest_files;
+  for (const std::string& m : ManifestFiles(p->meta_)) manifest_files.insert(m);
+  std::vector<const ArtifactFile*> manifests, other_files;
+  for (const auto& f : p->artifact_.files) (manifest_files.contains(f.path) ? manifests : other_files).push_back(&f);
   PauseIfRequested("pull-files");
-  Status files = p->FetchFiles();
-  if (!files.ok()) {
-    if (files.code() == Code::kIoError) (void)RemoveTree(p->dir_);
-    return files.Wrap(fmt::format("pull of `{}`", r));
-  }
-  PauseIfRequested("pull-chunks");
+  GPUSNAP_RETURN_IF_ERROR(p->FetchFiles(manifests));
   GPUSNAP_ASSIGN_OR_RETURN(std::set<std::string> named_by_manifests, ChunksNamed(p->dir_, p->meta_));
   GPUSNAP_RETURN_IF_ERROR(NameChunksInOrder(p->artifact_, named_by_manifests, r));
   // The manifests the files brought must name only chunks the artifact has.
@@ -494,22 +496,30 @@ Result<std::unique_ptr<StagedPull>> StagedPull::Begin(const PullOptions& o) {
   for (const auto& c : p->artifact_.chunks)  // in the artifact, named by no manifest: not needed
     if (!named.contains(c.xxh3)) p->meter_->BlobSkipped(c.blob.size);
   p->StartChunks(std::move(missing));
+  GPUSNAP_RETURN_IF_ERROR(p->FetchFiles(other_files));
+  PauseIfRequested("pull-files-in");
   return p;
 }
 
-Status StagedPull::FetchFiles() {
+Status StagedPull::FetchFiles(const std::vector<const ArtifactFile*>& files) {
   const std::string ref = options_.reference.ToString();
-  return RunEach(artifact_.files.size(), options_.access.jobs, [&](size_t i) -> Status {
-    const ArtifactFile& f = artifact_.files[i];
+  std::set<std::string> checked_once_in(chunked_digest_files_.begin(), chunked_digest_files_.end());
+  Status fetched = RunEach(files.size(), options_.access.jobs, [&](size_t i) -> Status {
+    const ArtifactFile& f = *files[i];
     std::optional<BlobDecryption> decryption;
     if (f.blob.encryption.encrypted()) {
       GPUSNAP_ASSIGN_OR_RETURN(auto opened,
                                OpenAnnotations(f.blob.encryption, options_.access.decryption_keys.get(), ref));
       GPUSNAP_RETURN_IF_ERROR(PlaintextMatches(opened, f, meta_, ref));
-      decryption.emplace(std::move(opened));
+      decryption.emplace(std::move(opened), checked_once_in.contains(f.path) ? PlainDigestCheck::kByCaller
+                                                                             : PlainDigestCheck::kHere);
     }
     return FetchFile(*sources_, dir_, f, decryption ? &*decryption : nullptr, ref, *meter_);
   });
+  // A full disk (or any filesystem refusal) takes back what this pull wrote;
+  // a registry that went away leaves it for the next pull to go on from.
+  if (!fetched.ok() && fetched.code() == Code::kIoError) TakeBack();
+  return fetched.Wrap(fmt::format("pull of `{}`", ref));
 }
 
 void StagedPull::StartChunks(std::vector<const ArtifactChunk*> missing) {
@@ -541,9 +551,18 @@ Status StagedPull::WaitForChunks() {
   return chunks_status_;
 }
 
-StagedPull::~StagedPull() {
+void StagedPull::StopChunks() {
   cancel_ = true;
   if (chunks_thread_.joinable()) chunks_thread_.join();
+}
+
+StagedPull::~StagedPull() { StopChunks(); }
+
+void StagedPull::TakeBack() {
+  StopChunks();
+  (void)RemoveTree(dir_);
+  MutexLock lock(written_mu_);
+  for (const std::string& path : written_chunks_) ::unlink(path.c_str());
 }
 
 Result<TransferResult> StagedPull::Publish() {
@@ -559,11 +578,7 @@ Result<TransferResult> StagedPull::Publish() {
   if (!st.ok()) {
     // A full disk (or any filesystem refusal) takes back what this pull
     // wrote; a registry that went away leaves it for the next pull.
-    if (st.code() == Code::kIoError) {
-      (void)RemoveTree(dir_);
-      MutexLock lock(written_mu_);
-      for (const std::string& path : written_chunks_) ::unlink(path.c_str());
-    }
+    if (st.code() == Code::kIoError) TakeBack();
     return st.Wrap(fmt::format("pull of `{}`", options_.reference.ToString()));
   }
   published_ = true;

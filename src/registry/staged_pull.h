@@ -1,8 +1,9 @@
 // A pull in two halves, for a restore that does not wait for all of it:
-// Begin fetches the manifest, the metadata and every file of the snapshot
-// into its staging directory, then lets the chunks arrive in the chunk store
-// beside (in the order a restore loads them) while the caller goes on with
-// what it has; Publish waits for the chunks and makes the snapshot appear in
+// Begin fetches the manifest, the metadata and the chunk manifests into its
+// staging directory, then the other files while the chunks arrive in the
+// chunk store beside them (in the order a restore loads them), and returns
+// with every file in place while the chunks go on arriving as the caller
+// goes on with what it has; Publish waits for the chunks and makes the snapshot appear in
 // the store (one rename). Pull (gpusnap/distribution.h) is Begin + Publish.
 //
 // Until Publish, nothing of the pull is seen by `ls` or a restore by id:
@@ -58,8 +59,11 @@ class StagedPull {
 
  private:
   StagedPull() = default;
-  Status FetchFiles();
+  Status FetchFiles(const std::vector<const ArtifactFile*>& files);
   void StartChunks(std::vector<const ArtifactChunk*> missing);
+  void StopChunks();
+  // What this pull wrote, taken back: its staging and the chunks it stored.
+  void TakeBack();
 
   PullOptions options_;
   Reference ref_;

@@ -251,8 +251,8 @@ class PushPullCpu(RegistryMixin, GpusnapCase):
         self.assertEqual(self.gs_json("ls", env=node_d), [])
         self.reg.start()
         self.assertEqual(self.gs_json("pull", self.ref, "--plain-http", env=node_d)["id"], self.snap)
-        # Cut off mid-pull (the files in, not the chunks): the next pull goes on.
-        proc, resume = self.paused(["--json", "pull", self.ref, "--plain-http"], "pull-chunks", env=node_b)
+        # Cut off mid-pull (the files in, not yet published): the next pull goes on.
+        proc, resume = self.paused(["--json", "pull", self.ref, "--plain-http"], "pull-files-in", env=node_b)
         proc.kill()
         proc.wait()
         self.assertEqual(self.gs_json("ls", env=node_b), [])
@@ -381,6 +381,34 @@ class PushPullChunks(RegistryMixin, WorkerSteps, FakeGpuCase):
         out = self.gs_json("restore", second, "--name", "copy", env=node_b)
         self.assert_runs(out["pid"])
         self.wait_steps(len(self.steps()) + 3)
+
+    def test_a_full_disk_while_chunks_arrive_beside_the_files_takes_back_every_chunk(self):
+        # The chunks arrive while the files other than the chunk manifests do:
+        # a disk that fills up part-way leaves no chunk and no staging behind,
+        # whichever of them met the full disk.
+        self.start()
+        snap = self.gs("checkpoint", "vmm", env=self.gpu_env).stdout.strip().splitlines()[-1]
+        ref = f"{self.reg.host}/team/vmm:v1"
+        self.gs("push", snap, ref, "--plain-http", env=self.gpu_env)
+        manifest = json.loads(self.skopeo("inspect", "--raw", "--tls-verify=false", f"docker://{ref}").stdout)
+        sizes = [l["size"] for l in manifest["layers"]]
+        chunk = max(sizes)
+        self.assertGreaterEqual(len([s for s in sizes if s == chunk]), 2)
+        disk = os.path.join(self.tmp, "small")
+        os.makedirs(disk)
+        # Room for a chunk or so and the files, not for the rest of the chunks.
+        room = (sum(sizes) - sum(s for s in sizes if s == chunk) + chunk * 3 // 2) // 4096 * 4096
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={room}", "tmpfs", disk], check=True)
+        self.addCleanup(subprocess.run, ["umount", "-l", disk])
+        env = dict(self.gpu_env, GPUSNAP_STORE=os.path.join(disk, "store"))
+        line = self.one_line_error(self.gs("pull", ref, "--plain-http", "--jobs", "2", env=env, check=False))
+        self.assertIn("No space left on device", line)
+        self.assertEqual(self.store_is_empty(env), [])
+        chunks = os.path.join(disk, "store", "chunks")
+        self.assertEqual([f for _, _, fs in os.walk(chunks) for f in fs if not f.startswith(".")], [])
+        # With room, the same pull completes.
+        subprocess.run(["mount", "-o", f"remount,size={sum(sizes) * 2}", disk], check=True)
+        self.assertEqual(self.gs_json("pull", ref, "--plain-http", env=env)["id"], snap)
 
     def test_a_restore_from_a_reference_loads_chunks_as_they_arrive(self):
         self.start()
