@@ -63,7 +63,7 @@ Keystream::Keystream(const LayerKey& key) : key_(key), ctx_(EVP_CIPHER_CTX_new()
   if (!ctx_) std::abort();
 }
 
-void Keystream::Apply(uint64_t offset, char* data, size_t n) {
+void Keystream::Apply(uint64_t offset, const char* in, char* out, size_t n) {
   int len = 0;
   if (!started_ || offset != next_) {
     // The counter block of `offset`: the nonce plus offset / 16, carried over all 128 bits.
@@ -80,12 +80,14 @@ void Keystream::Apply(uint64_t offset, char* data, size_t n) {
       std::abort();
     started_ = true;
   }
-  auto* p = reinterpret_cast<unsigned char*>(data);
+  auto* from = reinterpret_cast<const unsigned char*>(in);
+  auto* to = reinterpret_cast<unsigned char*>(out);
   next_ = offset + n;
   while (n > 0) {
     int step = int(std::min<size_t>(n, 1 << 30));
-    if (EVP_EncryptUpdate(ctx_.get(), p, &len, p, step) != 1) std::abort();
-    p += step;
+    if (EVP_EncryptUpdate(ctx_.get(), to, &len, from, step) != 1) std::abort();
+    from += step;
+    to += step;
     n -= size_t(step);
   }
 }
@@ -203,8 +205,8 @@ BlobDecryption::BlobDecryption(OpenedBlob opened, PlainDigestCheck plain_check)
 void BlobDecryption::Decrypt(uint64_t offset, const char* cipher, size_t n, std::string& plain) {
   mac_.Update(cipher, n);
   size_t at = plain.size();
-  plain.append(cipher, n);
-  keystream_.Apply(offset, plain.data() + at, n);
+  plain.resize(at + n);
+  keystream_.Apply(offset, cipher, plain.data() + at, n);
   if (plain_check_ == PlainDigestCheck::kHere) plain_.Update(plain.data() + at, n);
 }
 
@@ -246,34 +248,25 @@ Status BlobDecryption::Verify(std::string_view ref, std::string_view what) {
   return CheckPlainDigest(opened_, "sha256:" + plain_.HexFinal(), ref, what);
 }
 
-namespace {
-constexpr uint64_t kDecryptBlock = 1 << 20;
-}  // namespace
-
 ChunkDecryption::ChunkDecryption(const OpenedBlob& opened)
     : opened_(opened), keystream_(opened.secrets.key), mac_(opened.secrets.key) {}
 
-void ChunkDecryption::Decrypt(char* buf, uint64_t end) {
-  // The MAC and the keystream together, a block at a time.
-  while (done_ < end) {
-    size_t n = size_t(std::min(kDecryptBlock, end - done_));
-    mac_.Update(buf + done_, n);
-    keystream_.Apply(done_, buf + done_, n);
-    done_ += n;
-  }
+void ChunkDecryption::Take(const char* cipher, size_t n, char* plain) {
+  mac_.Update(cipher, n);
+  if (plain != cipher) std::memcpy(plain, cipher, n);
+  keystream_.Apply(done_, plain, n);
+  done_ += n;
 }
 
-void ChunkDecryption::Advance(char* buf, uint64_t have) { Decrypt(buf, have - have % kDecryptBlock); }
-
-Status ChunkDecryption::Finish(char* buf, uint64_t size, std::string_view ref, std::string_view what) {
-  Decrypt(buf, size);
+Status ChunkDecryption::Finish(std::string_view ref, std::string_view what) {
   return CheckMac(opened_, mac_.Final(), ref, what);
 }
 
 Result<std::string> DecryptChunk(const OpenedBlob& opened, std::string bytes, std::string_view ref,
                                  std::string_view what) {
   ChunkDecryption decryption(opened);
-  GPUSNAP_RETURN_IF_ERROR(decryption.Finish(bytes.data(), bytes.size(), ref, what));
+  decryption.Take(bytes.data(), bytes.size(), bytes.data());
+  GPUSNAP_RETURN_IF_ERROR(decryption.Finish(ref, what));
   return bytes;
 }
 

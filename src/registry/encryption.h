@@ -64,7 +64,10 @@ void ApplyKeystream(const LayerKey& key, uint64_t offset, char* data, size_t n);
 class Keystream {
  public:
   explicit Keystream(const LayerKey& key);
-  void Apply(uint64_t offset, char* data, size_t n);
+  // `in[0, n)`, bytes at `offset` of the blob, XORed with the keystream
+  // into `out` (which may be `in`).
+  void Apply(uint64_t offset, const char* in, char* out, size_t n);
+  void Apply(uint64_t offset, char* data, size_t n) { Apply(offset, data, data, n); }
 
  private:
   LayerKey key_;
@@ -141,8 +144,10 @@ class BlobDecryption {
 // plaintext's digest checked (a config).
 Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std::string_view ref,
                                 std::string_view what);
-// A chunk's ciphertext decrypted in place as it streams into one buffer, a
-// block at a time while the block is in cache, its HMAC checked at the end.
+// A chunk's ciphertext decrypted piece by piece as it streams in, each
+// piece MACed and decrypted into the chunk's buffer while it is in cache (in
+// blocks of 1 MiB, once the buffer was filled, the MAC and the keystream
+// cost twice what they do here), its HMAC checked at the end.
 // The HMAC stands for the blob's SHA-256: it is keyed, and the value it must
 // have is in the blob's public options, in the manifest the pull pinned by
 // digest (and a policy's signature), so bytes that pass it are the pushed
@@ -155,15 +160,14 @@ Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std
 class ChunkDecryption {
  public:
   explicit ChunkDecryption(const OpenedBlob& opened);
-  // `buf[0, have)` holds the blob's ciphertext from its start (what came
-  // before is decrypted already): decrypts the whole blocks of it.
-  void Advance(char* buf, uint64_t have);
-  // Decrypts the rest of `buf[0, size)`; kCorruption naming `ref` and `what`
-  // when the HMAC differs (then `buf` is neither plaintext nor to be used).
-  Status Finish(char* buf, uint64_t size, std::string_view ref, std::string_view what);
+  // The next `n` bytes of the blob's ciphertext, decrypted into `plain`
+  // (which may be `cipher`).
+  void Take(const char* cipher, size_t n, char* plain);
+  // kCorruption naming `ref` and `what` when the HMAC of what was taken
+  // differs (then what was decrypted is not plaintext, nor to be used).
+  Status Finish(std::string_view ref, std::string_view what);
 
  private:
-  void Decrypt(char* buf, uint64_t end);
   const OpenedBlob& opened_;
   Keystream keystream_;
   LayerMac mac_;

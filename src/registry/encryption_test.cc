@@ -290,19 +290,15 @@ TEST(Encryption, ABlobSealedOpensOnlyWithAKeyAndAnyChangeIsCaught) {
   big_mac.Update(big_cipher.data(), big_cipher.size());
   OpenedBlob big_opened{{big_key, "sha256:" + Sha256Hex(big)}, big_mac.Final()};
   EXPECT_EQ(*DecryptChunk(big_opened, big_cipher, "reg/x:1", "chunk big"), big);
-  // As a pull streams it: pieces of odd sizes into one buffer, decrypted a
-  // whole block at a time as they come, the rest at the end.
+  // As a pull streams it: pieces of odd sizes, each decrypted into one buffer as it comes.
   for (bool flip : {false, true}) {
     std::string arriving = big_cipher;
     if (flip) arriving[(2 << 20) + 5] ^= 1;
     std::string buf(arriving.size(), '\0');
     ChunkDecryption streamed(big_opened);
-    for (size_t at = 0, piece = 1; at < arriving.size(); at += piece, piece = piece * 7 % 300001 + 1) {
-      size_t n = std::min(piece, arriving.size() - at);
-      std::memcpy(buf.data() + at, arriving.data() + at, n);
-      streamed.Advance(buf.data(), at + n);
-    }
-    Status finished = streamed.Finish(buf.data(), buf.size(), "reg/x:1", "chunk big");
+    for (size_t at = 0, piece = 1; at < arriving.size(); at += piece, piece = piece * 7 % 300001 + 1)
+      streamed.Take(arriving.data() + at, std::min(piece, arriving.size() - at), buf.data() + at);
+    Status finished = streamed.Finish("reg/x:1", "chunk big");
     if (flip) {
       EXPECT_EQ(finished.code(), Code::kCorruption);
       EXPECT_NE(finished.message().find("chunk big does not match its HMAC"), std::string::npos);

@@ -199,12 +199,13 @@ Status FetchChunk(Sources& sources, const chunks::ChunkStore& chunk_store, const
   Sha256 hash;
   auto got = sources.FetchBlob(c.blob, 0, [&](const char* data, size_t n) {
     if (have + n > buf.size()) return false;
-    std::memcpy(buf.data() + have, data, n);
-    have += n;
-    if (decryption)
-      decryption->Advance(buf.data(), have);
-    else
+    if (decryption) {
+      decryption->Take(data, n, buf.data() + have);
+    } else {
+      std::memcpy(buf.data() + have, data, n);
       hash.Update(data, n);
+    }
+    have += n;
     meter.Moved(n);
     return true;
   });
@@ -214,7 +215,7 @@ Status FetchChunk(Sources& sources, const chunks::ChunkStore& chunk_store, const
     if (have != c.blob.size)
       return Status::Error(Code::kCorruption, "`{}`: blob {} ({}) came as {} bytes, not {}; not stored", ref,
                            c.blob.digest, what, have, c.blob.size);
-    GPUSNAP_RETURN_IF_ERROR(decryption->Finish(buf.data(), have, ref, what));
+    GPUSNAP_RETURN_IF_ERROR(decryption->Finish(ref, what));
   } else if (std::string hex = hash.HexFinal(); have != c.blob.size || registry::BlobDigest(hex) != c.blob.digest) {
     return Mismatch(ref, c.blob, what, hex, got->place);
   }
