@@ -604,6 +604,11 @@ class UnderGpusnap(unittest.TestCase):
         self.assertEqual(res["second_push"]["blobs_skipped"], res["second_push"]["blobs"])
         self.assertIn("sealed pull's cost:", stdout)
         self.assertIn("| variant | push (median)", stdout)
+        ratios = res["pull_ratio_per_round"]
+        self.assertEqual(len(ratios), 2)
+        for r, sealed, clear in zip(ratios, res["variants"]["sealed"]["pull_s"], res["variants"]["clear"]["pull_s"]):
+            self.assertAlmostEqual(r, sealed / clear)
+        self.assertRegex(stdout, r"sealed pull against clear, round by round: [0-9.]+x, [0-9.]+x \(median [0-9.]+x\)")
 
     def test_thp_even_restores_even_cycles_in_the_mode_and_puts_the_hosts_back(self):
         tmp = tempfile.mkdtemp(prefix="gpusnap-bench-thp-")

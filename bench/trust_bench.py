@@ -192,6 +192,8 @@ def main():
                                        "pull_cpu_median_s": med(v.pull_cpu)}
         clear, sealed = res["variants"]["clear"], res["variants"]["sealed"]
         res["pull_cost"] = (sealed["pull_median_s"] - clear["pull_median_s"]) / clear["pull_median_s"]
+        # Rounds of one run differ more than the variants do: each round's own pair says how much.
+        res["pull_ratio_per_round"] = [s / c for s, c in zip(sealed["pull_s"], clear["pull_s"])]
         res["push_cost"] = (sealed["push_median_s"] - clear["push_median_s"]) / clear["push_median_s"]
         res["second_push"] = dict(again, wall_s=again_s)
 
@@ -209,6 +211,9 @@ def main():
         verdict = "PASS" if res["pull_cost"] < TARGET else "FAIL"
         print(f"\nsealed pull's cost: {res['pull_cost'] * 100:+.1f}% of the clear pull's time "
               f"(goal < {TARGET * 100:.0f}%): {verdict}")
+        print("sealed pull against clear, round by round: " +
+              ", ".join(f"{r:.2f}x" for r in res["pull_ratio_per_round"]) +
+              f" (median {statistics.median(res['pull_ratio_per_round']):.2f}x)")
         print(f"sealed push's cost: {res['push_cost'] * 100:+.1f}% of the clear push's time")
         sp = res["second_push"]
         print(f"second sealed push: {sp['blobs_moved']} of {sp['blobs']} blobs moved ({sp['bytes_moved']} bytes), "
