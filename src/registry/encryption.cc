@@ -248,24 +248,33 @@ Status BlobDecryption::Verify(std::string_view ref, std::string_view what) {
   return CheckPlainDigest(opened_, "sha256:" + plain_.HexFinal(), ref, what);
 }
 
-ChunkDecryption::ChunkDecryption(const OpenedBlob& opened)
-    : opened_(opened), keystream_(opened.secrets.key), mac_(opened.secrets.key) {}
+namespace {
+constexpr uint64_t kKeystreamBlock = 64 << 10;
+}  // namespace
 
-void ChunkDecryption::Take(const char* cipher, size_t n, char* plain) {
+ChunkDecryption::ChunkDecryption(const OpenedBlob& opened, char* plain)
+    : opened_(opened), plain_(plain), keystream_(opened.secrets.key), mac_(opened.secrets.key) {}
+
+void ChunkDecryption::Take(const char* cipher, size_t n) {
   mac_.Update(cipher, n);
-  if (plain != cipher) std::memcpy(plain, cipher, n);
-  keystream_.Apply(done_, plain, n);
-  done_ += n;
+  if (plain_ + taken_ != cipher) std::memcpy(plain_ + taken_, cipher, n);
+  taken_ += n;
+  if (taken_ - decrypted_ >= kKeystreamBlock) {
+    keystream_.Apply(decrypted_, plain_ + decrypted_, taken_ - decrypted_);
+    decrypted_ = taken_;
+  }
 }
 
 Status ChunkDecryption::Finish(std::string_view ref, std::string_view what) {
+  keystream_.Apply(decrypted_, plain_ + decrypted_, taken_ - decrypted_);
+  decrypted_ = taken_;
   return CheckMac(opened_, mac_.Final(), ref, what);
 }
 
 Result<std::string> DecryptChunk(const OpenedBlob& opened, std::string bytes, std::string_view ref,
                                  std::string_view what) {
-  ChunkDecryption decryption(opened);
-  decryption.Take(bytes.data(), bytes.size(), bytes.data());
+  ChunkDecryption decryption(opened, bytes.data());
+  decryption.Take(bytes.data(), bytes.size());
   GPUSNAP_RETURN_IF_ERROR(decryption.Finish(ref, what));
   return bytes;
 }

@@ -144,10 +144,11 @@ class BlobDecryption {
 // plaintext's digest checked (a config).
 Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std::string_view ref,
                                 std::string_view what);
-// A chunk's ciphertext decrypted piece by piece as it streams in, each
-// piece MACed and decrypted into the chunk's buffer while it is in cache (in
-// blocks of 1 MiB, once the buffer was filled, the MAC and the keystream
-// cost twice what they do here), its HMAC checked at the end.
+// A chunk's ciphertext decrypted as it streams into the chunk's buffer: each
+// piece MACed as it arrives, the keystream applied 64 KiB at a time while
+// they are in the core's cache (applied to each 4 KiB piece the network
+// delivers, or to blocks of 1 MiB, it cost half as much again), its HMAC
+// checked at the end.
 // The HMAC stands for the blob's SHA-256: it is keyed, and the value it must
 // have is in the blob's public options, in the manifest the pull pinned by
 // digest (and a policy's signature), so bytes that pass it are the pushed
@@ -159,19 +160,22 @@ Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std
 // and the name do not.
 class ChunkDecryption {
  public:
-  explicit ChunkDecryption(const OpenedBlob& opened);
-  // The next `n` bytes of the blob's ciphertext, decrypted into `plain`
-  // (which may be `cipher`).
-  void Take(const char* cipher, size_t n, char* plain);
-  // kCorruption naming `ref` and `what` when the HMAC of what was taken
-  // differs (then what was decrypted is not plaintext, nor to be used).
+  // The plaintext goes to `plain`, from its start.
+  ChunkDecryption(const OpenedBlob& opened, char* plain);
+  // The next `n` bytes of the blob's ciphertext (`cipher` may be where
+  // they go in `plain`).
+  void Take(const char* cipher, size_t n);
+  // Decrypts what is left; kCorruption naming `ref` and `what` when the
+  // HMAC of what was taken differs (then `plain` is not plaintext, nor to be used).
   Status Finish(std::string_view ref, std::string_view what);
 
  private:
   const OpenedBlob& opened_;
+  char* plain_;
   Keystream keystream_;
   LayerMac mac_;
-  uint64_t done_ = 0;
+  uint64_t taken_ = 0;
+  uint64_t decrypted_ = 0;
 };
 // A whole chunk's ciphertext decrypted in place (ChunkDecryption).
 Result<std::string> DecryptChunk(const OpenedBlob& opened, std::string bytes, std::string_view ref,

@@ -295,9 +295,9 @@ TEST(Encryption, ABlobSealedOpensOnlyWithAKeyAndAnyChangeIsCaught) {
     std::string arriving = big_cipher;
     if (flip) arriving[(2 << 20) + 5] ^= 1;
     std::string buf(arriving.size(), '\0');
-    ChunkDecryption streamed(big_opened);
+    ChunkDecryption streamed(big_opened, buf.data());
     for (size_t at = 0, piece = 1; at < arriving.size(); at += piece, piece = piece * 7 % 300001 + 1)
-      streamed.Take(arriving.data() + at, std::min(piece, arriving.size() - at), buf.data() + at);
+      streamed.Take(arriving.data() + at, std::min(piece, arriving.size() - at));
     Status finished = streamed.Finish("reg/x:1", "chunk big");
     if (flip) {
       EXPECT_EQ(finished.code(), Code::kCorruption);

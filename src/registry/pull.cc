@@ -192,15 +192,15 @@ Status FetchChunk(Sources& sources, const chunks::ChunkStore& chunk_store, const
   if (c.blob.encryption.encrypted()) {
     GPUSNAP_ASSIGN_OR_RETURN(opened, registry::OpenAnnotations(c.blob.encryption, keys, ref));
   }
-  std::optional<registry::ChunkDecryption> decryption;
-  if (opened) decryption.emplace(*opened);
   std::string buf(c.blob.size, '\0');
+  std::optional<registry::ChunkDecryption> decryption;
+  if (opened) decryption.emplace(*opened, buf.data());
   uint64_t have = 0;
   Sha256 hash;
   auto got = sources.FetchBlob(c.blob, 0, [&](const char* data, size_t n) {
     if (have + n > buf.size()) return false;
     if (decryption) {
-      decryption->Take(data, n, buf.data() + have);
+      decryption->Take(data, n);
     } else {
       std::memcpy(buf.data() + have, data, n);
       hash.Update(data, n);
