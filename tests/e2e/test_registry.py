@@ -61,15 +61,15 @@ class RegistryMixin:
     def other_store(self, name):
         return dict(self.env, GPUSNAP_STORE=os.path.join(self.tmp, name))
 
-    def skopeo(self, *args, check=True):
+    def skopeo(self, *args, check=True, flags=("--insecure-policy",)):
+        """skopeo ARGS under `flags` (its global options: the policy, registries.d)."""
         home = os.path.join(self.tmp, "skopeo-home")
         os.makedirs(home, exist_ok=True)
         conf = os.path.join(home, "registries.conf")
         open(conf, "a").close()
         env = dict(os.environ, HOME=home, XDG_RUNTIME_DIR=home, XDG_CONFIG_HOME=home, CONTAINERS_REGISTRIES_CONF=conf)
         for _ in range(3):
-            p = subprocess.run([SKOPEO, "--insecure-policy", *args], env=env, capture_output=True, text=True,
-                               timeout=120)
+            p = subprocess.run([SKOPEO, *flags, *args], env=env, capture_output=True, text=True, timeout=120)
             # A snapshot's artifact may list one blob several times (files of equal bytes); skopeo
             # handles them at once, and under load docker-registry has answered one of its requests
             # 500 meanwhile (docs/DISTRIBUTION.md). The copy is idempotent: run it again.
