@@ -205,8 +205,8 @@ BlobDecryption::BlobDecryption(OpenedBlob opened, PlainDigestCheck plain_check)
 void BlobDecryption::Decrypt(uint64_t offset, const char* cipher, size_t n, std::string& plain) {
   mac_.Update(cipher, n);
   size_t at = plain.size();
-  plain.resize(at + n);
-  keystream_.Apply(offset, cipher, plain.data() + at, n);
+  plain.append(cipher, n);
+  keystream_.Apply(offset, plain.data() + at, n);
   if (plain_check_ == PlainDigestCheck::kHere) plain_.Update(plain.data() + at, n);
 }
 
