@@ -73,6 +73,20 @@ def log_tail(path, lines=30):
         return ""
 
 
+def run_skopeo(argv, env, timeout=120):
+    """skopeo `argv` (its path first); a copy answered 500 is run again.
+
+    A snapshot's artifact may list one blob several times (files of equal
+    bytes); skopeo handles them at once, and under load docker-registry has
+    answered one of its requests 500 meanwhile (docs/DISTRIBUTION.md). A copy
+    is idempotent, so a retry changes nothing but the flake."""
+    for _ in range(3):
+        p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        if not ("copy" in argv and p.returncode != 0 and "500 (Internal Server Error)" in p.stderr):
+            return p
+    return p
+
+
 class CertAuthority:
     """A CA made by openssl in `directory`, and certificates it signs."""
 

@@ -68,13 +68,7 @@ class RegistryMixin:
         conf = os.path.join(home, "registries.conf")
         open(conf, "a").close()
         env = dict(os.environ, HOME=home, XDG_RUNTIME_DIR=home, XDG_CONFIG_HOME=home, CONTAINERS_REGISTRIES_CONF=conf)
-        for _ in range(3):
-            p = subprocess.run([SKOPEO, *flags, *args], env=env, capture_output=True, text=True, timeout=120)
-            # A snapshot's artifact may list one blob several times (files of equal bytes); skopeo
-            # handles them at once, and under load docker-registry has answered one of its requests
-            # 500 meanwhile (docs/DISTRIBUTION.md). The copy is idempotent: run it again.
-            if not (args[0] == "copy" and p.returncode != 0 and "500 (Internal Server Error)" in p.stderr):
-                break
+        p = registry.run_skopeo([SKOPEO, *flags, *args], env)
         if check and p.returncode != 0:
             # A registry's answer (a 500 now and then under load) is in its log.
             logs = "".join(f"\n{os.path.basename(r.workdir)} log:\n{registry.log_tail(r.log)}"

@@ -109,8 +109,7 @@ class RegistryCase(unittest.TestCase):
     # --- clients --------------------------------------------------------------
 
     def skopeo(self, *args, check=True):
-        p = subprocess.run([SKOPEO, "--insecure-policy", *args], env=self.env, capture_output=True, text=True,
-                           timeout=120)
+        p = registry.run_skopeo([SKOPEO, "--insecure-policy", *args], self.env)
         if check and p.returncode != 0:
             self.fail(f"skopeo {' '.join(args)} failed ({p.returncode}):\n{p.stderr}\n"
                       f"registry log:\n{registry.log_tail(self.reg.log)}")
