@@ -5,6 +5,8 @@
 #include <openssl/kdf.h>
 #include <openssl/rand.h>
 
+#include <gcrypt.h>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,8 +22,6 @@ namespace gpusnap::registry {
 namespace {
 
 using nlohmann::json;
-
-using CipherCtx = CPtr<EVP_CIPHER_CTX, EVP_CIPHER_CTX_free>;
 
 std::string Bytes(const unsigned char* p, size_t n) { return std::string(reinterpret_cast<const char*>(p), n); }
 
@@ -59,12 +59,35 @@ LayerKey DeriveLayerKey(const std::array<unsigned char, kTenantSecretBytes>& sec
   return out;
 }
 
-Keystream::Keystream(const LayerKey& key) : key_(key), ctx_(EVP_CIPHER_CTX_new(), EVP_CIPHER_CTX_free) {
-  if (!ctx_) std::abort();
+namespace {
+
+// libgcrypt is initialised once, before its first cipher; gpusnap keeps no
+// key in its secure memory (the keys of a pull are in ordinary memory
+// anyway, and the handle wipes its copy when closed).
+void InitGcrypt() {
+  static const bool ready = [] {
+    if (!gcry_check_version(GCRYPT_VERSION)) std::abort();  // an older libgcrypt than the build's
+    gcry_control(GCRYCTL_DISABLE_SECMEM, 0);
+    gcry_control(GCRYCTL_INITIALIZATION_FINISHED, 0);
+    return true;
+  }();
+  (void)ready;
 }
 
+gcry_cipher_handle* OpenAesCtr(const LayerKey& key) {
+  InitGcrypt();
+  gcry_cipher_hd_t handle = nullptr;
+  if (gcry_cipher_open(&handle, GCRY_CIPHER_AES256, GCRY_CIPHER_MODE_CTR, 0) != 0 ||
+      gcry_cipher_setkey(handle, key.key.data(), key.key.size()) != 0)
+    std::abort();  // AES-256-CTR is in every libgcrypt
+  return handle;
+}
+
+}  // namespace
+
+Keystream::Keystream(const LayerKey& key) : key_(key), handle_(OpenAesCtr(key), gcry_cipher_close) {}
+
 void Keystream::Apply(uint64_t offset, const char* in, char* out, size_t n) {
-  int len = 0;
   if (!started_ || offset != next_) {
     // The counter block of `offset`: the nonce plus offset / 16, carried over all 128 bits.
     std::array<unsigned char, 16> counter = key_.nonce;
@@ -75,21 +98,15 @@ void Keystream::Apply(uint64_t offset, const char* in, char* out, size_t n) {
       add = (add >> 8) + (sum >> 8);
     }
     unsigned char skip[16] = {};
-    if (EVP_EncryptInit_ex(ctx_.get(), EVP_aes_256_ctr(), nullptr, key_.key.data(), counter.data()) != 1 ||
-        (offset % 16 && EVP_EncryptUpdate(ctx_.get(), skip, &len, skip, int(offset % 16)) != 1))
+    if (gcry_cipher_setctr(handle_.get(), counter.data(), counter.size()) != 0 ||
+        (offset % 16 && gcry_cipher_encrypt(handle_.get(), skip, offset % 16, nullptr, 0) != 0))
       std::abort();
     started_ = true;
   }
-  auto* from = reinterpret_cast<const unsigned char*>(in);
-  auto* to = reinterpret_cast<unsigned char*>(out);
   next_ = offset + n;
-  while (n > 0) {
-    int step = int(std::min<size_t>(n, 1 << 30));
-    if (EVP_EncryptUpdate(ctx_.get(), to, &len, from, step) != 1) std::abort();
-    from += step;
-    to += step;
-    n -= size_t(step);
-  }
+  gcry_error_t failed = in == out ? gcry_cipher_encrypt(handle_.get(), out, n, nullptr, 0)
+                                  : gcry_cipher_encrypt(handle_.get(), out, n, in, n);
+  if (failed) std::abort();
 }
 
 void ApplyKeystream(const LayerKey& k, uint64_t offset, char* data, size_t n) { Keystream(k).Apply(offset, data, n); }
@@ -249,25 +266,64 @@ Status BlobDecryption::Verify(std::string_view ref, std::string_view what) {
 }
 
 namespace {
-constexpr uint64_t kKeystreamBlock = 64 << 10;
+// A block handed to the thread that decrypts: large enough that handing it
+// on costs nothing beside its cipher, small enough that the thread runs close
+// behind the network.
+constexpr uint64_t kDecryptBehindBlock = 1 << 20;
 }  // namespace
 
 ChunkDecryption::ChunkDecryption(const OpenedBlob& opened, char* plain)
-    : opened_(opened), plain_(plain), keystream_(opened.secrets.key), mac_(opened.secrets.key) {}
+    : opened_(opened), plain_(plain), mac_(opened.secrets.key) {}
+
+ChunkDecryption::~ChunkDecryption() {
+  if (!decrypting_.joinable()) return;
+  HandOn(handed_on_, true);
+  decrypting_.join();
+}
 
 void ChunkDecryption::Take(const char* cipher, size_t n) {
   mac_.Update(cipher, n);
   if (plain_ + taken_ != cipher) std::memcpy(plain_ + taken_, cipher, n);
   taken_ += n;
-  if (taken_ - decrypted_ >= kKeystreamBlock) {
-    keystream_.Apply(decrypted_, plain_ + decrypted_, taken_ - decrypted_);
-    decrypted_ = taken_;
+  if (taken_ - handed_on_ >= kDecryptBehindBlock) HandOn(taken_, false);
+}
+
+void ChunkDecryption::HandOn(uint64_t end, bool last) {
+  {
+    MutexLock lock(mu_);
+    to_decrypt_ = end;
+    last_ = last;
+  }
+  handed_on_ = end;
+  if (!decrypting_.joinable()) decrypting_ = std::thread([this] { DecryptBehind(); });
+  more_.notify_one();
+}
+
+void ChunkDecryption::DecryptBehind() {
+  Keystream keystream(opened_.secrets.key);
+  uint64_t done = 0;
+  for (;;) {
+    uint64_t end = 0;
+    bool last = false;
+    {
+      MutexLock lock(mu_);
+      while (to_decrypt_ == done && !last_) lock.Wait(more_);
+      end = to_decrypt_;
+      last = last_;
+    }
+    keystream.Apply(done, plain_ + done, end - done);
+    done = end;
+    if (last) return;
   }
 }
 
 Status ChunkDecryption::Finish(std::string_view ref, std::string_view what) {
-  keystream_.Apply(decrypted_, plain_ + decrypted_, taken_ - decrypted_);
-  decrypted_ = taken_;
+  if (decrypting_.joinable()) {
+    HandOn(taken_, true);
+    decrypting_.join();
+  } else {
+    Keystream(opened_.secrets.key).Apply(0, plain_, taken_);  // a chunk under one block
+  }
   return CheckMac(opened_, mac_.Final(), ref, what);
 }
 

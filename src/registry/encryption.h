@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "gpusnap/distribution.h"
@@ -26,9 +27,10 @@
 #include "registry/artifact.h"
 #include "registry/jwe.h"
 #include "store/sha256.h"
+#include "util/mutex.h"
 
 struct evp_mac_ctx_st;
-struct evp_cipher_ctx_st;
+struct gcry_cipher_handle;  // libgcrypt's gcry_cipher_hd_t
 
 namespace gpusnap::registry {
 
@@ -57,21 +59,24 @@ LayerKey DeriveLayerKey(const std::array<unsigned char, kTenantSecretBytes>& sec
 // encrypts plaintext, decrypts ciphertext.
 void ApplyKeystream(const LayerKey& key, uint64_t offset, char* data, size_t n);
 
-// The same keystream applied to a blob piece by piece: one cipher context,
+// The same keystream applied to a blob piece by piece: one cipher handle,
 // set up again only where a piece does not follow the last (a transfer
 // resumed or restarted), since setting it up for every piece of a stream
-// (4 KiB from the network) cost as much as the cipher itself.
+// (4 KiB from the network) cost as much as the cipher itself. The cipher is
+// libgcrypt's: its AES-CTR runs on the CPU's VAES instructions where they
+// exist, twice as fast as OpenSSL 3.0's on our hosts (docs/BENCHMARK.md),
+// and a sealed pull's extra time is that cipher.
 class Keystream {
  public:
   explicit Keystream(const LayerKey& key);
   // `in[0, n)`, bytes at `offset` of the blob, XORed with the keystream
-  // into `out` (which may be `in`).
+  // into `out` (which may be `in`, or apart from it).
   void Apply(uint64_t offset, const char* in, char* out, size_t n);
   void Apply(uint64_t offset, char* data, size_t n) { Apply(offset, data, data, n); }
 
  private:
   LayerKey key_;
-  std::unique_ptr<evp_cipher_ctx_st, void (*)(evp_cipher_ctx_st*)> ctx_;
+  std::unique_ptr<gcry_cipher_handle, void (*)(gcry_cipher_handle*)> handle_;
   uint64_t next_ = 0;
   bool started_ = false;
 };
@@ -145,10 +150,13 @@ class BlobDecryption {
 Result<std::string> DecryptBlob(const OpenedBlob& opened, std::string bytes, std::string_view ref,
                                 std::string_view what);
 // A chunk's ciphertext decrypted as it streams into the chunk's buffer: each
-// piece MACed as it arrives, the keystream applied 64 KiB at a time while
-// they are in the core's cache (applied to each 4 KiB piece the network
-// delivers, or to blocks of 1 MiB, it cost half as much again), its HMAC
-// checked at the end.
+// piece MACed as it arrives and copied, as a chunk pushed in the clear is
+// hashed and copied, and the keystream applied behind, a block at a time, on
+// a thread of the chunk's own. The thread that receives then does what it
+// does for a clear chunk: a pull's streams are each bound by their core, and
+// the cipher inline made a sealed pull of the 8B-class snapshot 10-12%
+// slower than a clear one (docs/BENCHMARK.md), while the host's other cores
+// idled. Its HMAC is checked at the end.
 // The HMAC stands for the blob's SHA-256: it is keyed, and the value it must
 // have is in the blob's public options, in the manifest the pull pinned by
 // digest (and a policy's signature), so bytes that pass it are the pushed
@@ -162,20 +170,34 @@ class ChunkDecryption {
  public:
   // The plaintext goes to `plain`, from its start.
   ChunkDecryption(const OpenedBlob& opened, char* plain);
+  // Waits for the thread that decrypts (a chunk given up part way).
+  ~ChunkDecryption();
+  ChunkDecryption(const ChunkDecryption&) = delete;
+  ChunkDecryption& operator=(const ChunkDecryption&) = delete;
   // The next `n` bytes of the blob's ciphertext (`cipher` may be where
   // they go in `plain`).
   void Take(const char* cipher, size_t n);
-  // Decrypts what is left; kCorruption naming `ref` and `what` when the
-  // HMAC of what was taken differs (then `plain` is not plaintext, nor to be used).
+  // Decrypts what is left and waits for the whole; kCorruption naming `ref`
+  // and `what` when the HMAC of what was taken differs (then `plain` is not
+  // plaintext, nor to be used).
   Status Finish(std::string_view ref, std::string_view what);
 
  private:
+  // To the thread that decrypts (started by the first block): `plain_[0, end)`
+  // is ciphertext to decrypt; `last`: nothing follows.
+  void HandOn(uint64_t end, bool last);
+  void DecryptBehind();
+
   const OpenedBlob& opened_;
   char* plain_;
-  Keystream keystream_;
   LayerMac mac_;
   uint64_t taken_ = 0;
-  uint64_t decrypted_ = 0;
+  uint64_t handed_on_ = 0;
+  Mutex mu_;
+  std::condition_variable more_;
+  uint64_t to_decrypt_ GUARDED_BY(mu_) = 0;
+  bool last_ GUARDED_BY(mu_) = false;
+  std::thread decrypting_;
 };
 // A whole chunk's ciphertext decrypted in place (ChunkDecryption).
 Result<std::string> DecryptChunk(const OpenedBlob& opened, std::string bytes, std::string_view ref,

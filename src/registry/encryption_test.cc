@@ -307,6 +307,16 @@ TEST(Encryption, ABlobSealedOpensOnlyWithAKeyAndAnyChangeIsCaught) {
       EXPECT_EQ(buf, big);
     }
   }
+  {
+    // Given up part way (the registry went away): the thread that decrypts
+    // behind stops with it, and what it had is decrypted.
+    std::string buf(big_cipher.size(), '\0');
+    {
+      ChunkDecryption abandoned(big_opened, buf.data());
+      abandoned.Take(big_cipher.data(), (2 << 20) + 17);
+    }
+    EXPECT_EQ(buf.substr(0, 2 << 20), big.substr(0, 2 << 20));
+  }
 
   // Streamed in pieces, part of it replayed as a resumed download does.
   BlobDecryption d(*opened, PlainDigestCheck::kHere);
