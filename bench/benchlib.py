@@ -299,7 +299,8 @@ def markdown_table(results):
     reg = results.get("registry") or {}
     if reg.get("push"):
         p = reg["push"]
-        row(f"push to the registry ({fmt_bytes(p.get('bytes_total'))}, {p.get('blobs')} blobs)", p.get("wall_s"),
+        sealed = ", signed and encrypted" if p.get("sealed") else ""
+        row(f"push to the registry ({fmt_bytes(p.get('bytes_total'))}, {p.get('blobs')} blobs{sealed})", p.get("wall_s"),
             speed=False)
     for key, label in (("restore_ref", "restore from the registry reference, empty store"),
                        ("restore_ref_agent", "restore from the registry reference through the agent, empty store"),

@@ -49,6 +49,9 @@ usage: $0 [options]
   --gpushare             start the server with the gpushare shim (device memory through the chunk store)
   --registry             after the cycles, push the snapshot to a docker-registry started on 127.0.0.1
                          and restore it from its reference into an empty store, and by pull-then-restore
+  --registry-sealed      --registry, the push signed and encrypted (an ECDSA P-256 signing key, an RSA-3072
+                         recipient and a tenant secret made for the run) and every restore and pull under a
+                         policy that requires that signature, with the recipient's private key
   --huge-pages-even      restores of even cycles with \`gpusnap restore --huge-pages\` (gpusnap sets the
                          host's THP to always while CRIU restores), odd ones without
   --lazy-pages-even      restores of even cycles with \`gpusnap restore --lazy-pages\` (the memory arrives
@@ -74,7 +77,7 @@ die_usage() { echo "run_bench.sh: $*" >&2; usage >&2; exit 2; }
 
 model=""; demo=0; cycles=""; drop_caches=1; gpusnap=""; weights_dir=/tmp/gpusnap-weights
 work_dir=/var/tmp/gpusnap-bench; store=""; out_file=""; pinned_mb=256; max_new_tokens=32; gpu=""; port=""
-cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0; use_registry=0
+cold_timeout=1800; restore_timeout=900; keep=0; check_targets=0; backend=torch; gpushare=0; use_registry=0; sealed=0
 registry_dir=""; thp_even=""; huge_pages_even=0; lazy_pages_even=0; engine=""; engines=""; gpu_mem_util=""; kv_cache_gib=""
 THP_FILE=${GPUSNAP_BENCH_THP_FILE:-/sys/kernel/mm/transparent_hugepage/enabled}  # another file: tests
 while [ $# -gt 0 ]; do
@@ -83,6 +86,7 @@ while [ $# -gt 0 ]; do
     -h|--help) usage; exit 0 ;;
     --demo) demo=1; shift; continue ;;
     --registry) use_registry=1; shift; continue ;;
+    --registry-sealed) use_registry=1; sealed=1; shift; continue ;;
     --huge-pages-even) huge_pages_even=1; shift; continue ;;
     --lazy-pages-even) lazy_pages_even=1; shift; continue ;;
     --no-drop-caches) drop_caches=0; shift; continue ;;
@@ -253,7 +257,7 @@ cleanup() {
   [ -z "$thp_host" ] || echo "$thp_host" >"$THP_FILE" 2>/dev/null
   if [ -n "$registry_pid" ]; then kill -TERM "$registry_pid" 2>/dev/null; wait "$registry_pid" 2>/dev/null; fi
   if [ -n "$agent_pid" ]; then kill -TERM "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null; fi
-  rm -rf "$work_dir/store-ref" "$work_dir/store-pull" "$work_dir/store-agent"
+  rm -rf "$work_dir/store-ref" "$work_dir/store-pull" "$work_dir/store-agent" "$work_dir/trust"
   [ -z "$registry_dir" ] || rm -rf "$registry_dir/gpusnap-bench-registry"
   # A checkpoint that finished after the signal came has not been recorded yet.
   last=$("$PY" "$LIB" get "$results/ckpt.raw" id 2>/dev/null)
@@ -471,19 +475,51 @@ if [ "$use_registry" = 1 ]; then
   for _ in $(seq 1 300); do [ -s "$results/registry.host" ] && break; alive "$registry_pid" || break; sleep 0.1; done
   [ -s "$results/registry.host" ] || { cat "$logs/registry.log" >&2; fail "the registry did not start"; }
   ref="$(cat "$results/registry.host")/bench/server:v1"
+  push_flags=(); pull_flags=(--plain-http)
+  if [ "$sealed" = 1 ]; then
+    # Keys as docs/DISTRIBUTION.md makes them, for this run only.
+    trust=$work_dir/trust
+    rm -rf "$trust"; mkdir -m 700 "$trust"
+    { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$trust/sign.pem" &&
+      openssl pkey -in "$trust/sign.pem" -pubout -out "$trust/sign.pub" &&
+      openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:3072 -out "$trust/enc.pem" &&
+      openssl pkey -in "$trust/enc.pem" -pubout -out "$trust/enc.pub" &&
+      head -c 32 /dev/urandom >"$trust/secret"; } >"$logs/trust-keys.log" 2>&1 ||
+      { cat "$logs/trust-keys.log" >&2; fail "making the signing and encryption keys failed (openssl)"; }
+    chmod 600 "$trust/sign.pem" "$trust/enc.pem" "$trust/secret"
+    "$PY" -c 'import json, sys; json.dump({"default": [{"type": "reject"}], "transports": {"docker": {sys.argv[1]: [{"type": "sigstoreSigned", "keyPath": sys.argv[2]}]}}}, open(sys.argv[3], "w"))' \
+      "$(cat "$results/registry.host")/bench" "$trust/sign.pub" "$trust/policy.json"
+    push_flags=(--sign-by-sigstore-private-key "$trust/sign.pem" --encryption-key "jwe:$trust/enc.pub"
+                --encryption-secret-file "$trust/secret")
+    pull_flags+=(--policy "$trust/policy.json" --decryption-key "$trust/enc.pem")
+  fi
   t0=$(now)
-  gs --json push "$snap" "$ref" --plain-http >"$results/registry-push.raw" 2>"$logs/registry-push.err" ||
-    { cat "$logs/registry-push.err" >&2; fail "gpusnap push failed"; }
-  "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["wall_s"] = float(sys.argv[3]) - float(sys.argv[2]); json.dump(d, open(sys.argv[4], "w"))' \
-    "$results/registry-push.raw" "$t0" "$(now)" "$results/registry-push.json"
+  gs --json push "$snap" "$ref" --plain-http "${push_flags[@]}" >"$results/registry-push.raw" \
+    2>"$logs/registry-push.err" || { cat "$logs/registry-push.err" >&2; fail "gpusnap push failed"; }
+  # With the manifest's layers as the registry holds them: how many are encrypted.
+  "$PY" - "$results/registry-push.raw" "$t0" "$(now)" "$results/registry-push.json" "$sealed" \
+    "$(cat "$results/registry.host")" <<'PYEOF' || fail "reading the pushed manifest back failed"
+import json, sys, urllib.request
+raw, t0, t1, out, sealed, host = sys.argv[1:]
+d = json.load(open(raw))
+d["wall_s"] = float(t1) - float(t0)
+d["sealed"] = sealed == "1"
+req = urllib.request.Request(f"http://{host}/v2/bench/server/manifests/v1",
+                             headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=60) as r:
+    layers = json.load(r)["layers"]
+d["layers"] = len(layers)
+d["layers_encrypted"] = sum(1 for layer in layers if layer["mediaType"].endswith("+encrypted"))
+json.dump(d, open(out, "w"))
+PYEOF
   stop_workloads
   prev=$before  # both restore the state the last checkpoint took
   registry_restore registry-ref "restore from the reference" \
-    env GPUSNAP_STORE="$work_dir/store-ref" "$gpusnap" --json restore "$ref" --plain-http
+    env GPUSNAP_STORE="$work_dir/store-ref" "$gpusnap" --json restore "$ref" "${pull_flags[@]}"
   # The same through a node agent, the path Kubernetes takes: one restore
   # story, the chunks arriving as it restores (the job's phases say so).
   rm -rf "$work_dir/store-agent" "$work_dir/agent.sock"
-  GPUSNAP_STORE="$work_dir/store-agent" "$gpusnap" agent --socket "$work_dir/agent.sock" --plain-http \
+  GPUSNAP_STORE="$work_dir/store-agent" "$gpusnap" agent --socket "$work_dir/agent.sock" "${pull_flags[@]}" \
     >"$logs/agent.log" 2>&1 &
   agent_pid=$!
   for _ in $(seq 1 300); do [ -S "$work_dir/agent.sock" ] && break; alive "$agent_pid" || break; sleep 0.1; done
@@ -493,9 +529,11 @@ if [ "$use_registry" = 1 ]; then
   kill -TERM "$agent_pid" 2>/dev/null; wait "$agent_pid" 2>/dev/null; agent_pid=""
   rm -rf "$work_dir/store-agent"
   registry_restore registry-pull-restore "pull-then-restore" \
-    sh -c 'GPUSNAP_STORE="$1" "$2" --json pull "$3" --plain-http >"$4" && GPUSNAP_STORE="$1" exec "$2" --json restore "$5"' \
-    sh "$work_dir/store-pull" "$gpusnap" "$ref" "$results/registry-pull.json" "$snap"
+    sh -c 'store=$1 gs=$2 ref=$3 out=$4 snap=$5; shift 5
+           GPUSNAP_STORE="$store" "$gs" --json pull "$ref" "$@" >"$out" && GPUSNAP_STORE="$store" exec "$gs" --json restore "$snap"' \
+    sh "$work_dir/store-pull" "$gpusnap" "$ref" "$results/registry-pull.json" "$snap" "${pull_flags[@]}"
   kill -TERM "$registry_pid" 2>/dev/null; wait "$registry_pid" 2>/dev/null; registry_pid=""
+  rm -rf "$work_dir/trust"
 fi
 
 if [ "$drop_caches" = 1 ]; then

@@ -696,6 +696,8 @@ class UnderGpusnap(unittest.TestCase):
             self.assertEqual(len(res["cycles"]), 1)
             self.assertNotIn("restore_dropped_caches", res)
             if registry:  # through a registry into empty stores, each answer checked against the cold start's
+                self.assertFalse(res["registry"]["push"]["sealed"])
+                self.assertEqual(res["registry"]["push"]["layers_encrypted"], 0)
                 self.assertEqual(res["registry"]["restore_ref"]["answer"]["served"], 3)
                 # And through a node agent, its job pulling as it restores.
                 agent = res["registry"]["restore_ref_agent"]
@@ -709,6 +711,34 @@ class UnderGpusnap(unittest.TestCase):
             ps = json.loads(subprocess.check_output([GPUSNAP, "--json", "ps"], env=genv))
             self.assertFalse([w for w in ps if w["running"]])
             self.assertEqual(json.loads(subprocess.check_output([GPUSNAP, "--json", "ls"], env=genv)), [])
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_restores_from_a_signed_and_encrypted_reference(self):
+        if not shutil.which("docker-registry"):
+            self.skipTest("no docker-registry (apt: docker-registry)")
+        tmp = tempfile.mkdtemp(prefix="gpusnap-bench-e2e-")
+        try:
+            out = os.path.join(tmp, "bench.json")
+            env = {k: v for k, v in os.environ.items() if k not in ("GPUSNAP_STORE", "OUT")}
+            r = subprocess.run(["bash", os.path.join(HERE, "run_bench.sh"), "--backend", "fake", "--model", "tiny",
+                                "--gpusnap", GPUSNAP, "--work-dir", os.path.join(tmp, "work"),
+                                "--weights-dir", os.path.join(tmp, "weights"), "--out", out, "--cycles", "1",
+                                "--no-drop-caches", "--registry-sealed"],
+                               capture_output=True, text=True, timeout=600, env=env)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            reg = benchlib.load(out)["registry"]
+            self.assertTrue(reg["push"]["sealed"])
+            self.assertGreater(reg["push"]["layers"], 1)
+            self.assertEqual(reg["push"]["layers_encrypted"], reg["push"]["layers"])
+            self.assertIn("signed and encrypted)", r.stdout)
+            # Each restore passed the policy (the signature) and opened the blobs (the key), the
+            # agent's job too, and answered as the cold start did.
+            for key in ("restore_ref", "restore_ref_agent", "pull_then_restore"):
+                self.assertEqual(reg[key]["answer"]["served"], 3, key)
+            self.assertIn("pull-files", reg["restore_ref_agent"]["cmd_output"]["timings_s"])
+            # The keys were the run's own: none is left.
+            self.assertFalse(os.path.exists(os.path.join(tmp, "work", "trust")))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
