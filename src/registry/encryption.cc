@@ -85,12 +85,12 @@ gcry_cipher_handle* OpenAesCtr(const LayerKey& key) {
 
 }  // namespace
 
-Keystream::Keystream(const LayerKey& key) : key_(key), handle_(OpenAesCtr(key), gcry_cipher_close) {}
+Keystream::Keystream(const LayerKey& key) : nonce_(key.nonce), handle_(OpenAesCtr(key), gcry_cipher_close) {}
 
 void Keystream::Apply(uint64_t offset, const char* in, char* out, size_t n) {
   if (!started_ || offset != next_) {
     // The counter block of `offset`: the nonce plus offset / 16, carried over all 128 bits.
-    std::array<unsigned char, 16> counter = key_.nonce;
+    std::array<unsigned char, 16> counter = nonce_;
     uint64_t add = offset / 16;
     for (int i = 15; i >= 0 && add; --i) {
       uint64_t sum = uint64_t(counter[size_t(i)]) + (add & 0xff);

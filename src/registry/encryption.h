@@ -75,7 +75,7 @@ class Keystream {
   void Apply(uint64_t offset, char* data, size_t n) { Apply(offset, data, data, n); }
 
  private:
-  LayerKey key_;
+  std::array<unsigned char, 16> nonce_;  // the key itself is in the handle only
   std::unique_ptr<gcry_cipher_handle, void (*)(gcry_cipher_handle*)> handle_;
   uint64_t next_ = 0;
   bool started_ = false;
