@@ -474,7 +474,9 @@ if [ "$use_registry" = 1 ]; then
   registry_pid=$!
   for _ in $(seq 1 300); do [ -s "$results/registry.host" ] && break; alive "$registry_pid" || break; sleep 0.1; done
   [ -s "$results/registry.host" ] || { cat "$logs/registry.log" >&2; fail "the registry did not start"; }
-  ref="$(cat "$results/registry.host")/bench/server:v1"
+  reg_host=$(cat "$results/registry.host")
+  repo=bench/server
+  ref="$reg_host/$repo:v1"
   push_flags=(); pull_flags=(--plain-http)
   if [ "$sealed" = 1 ]; then
     # Keys as docs/DISTRIBUTION.md makes them, for this run only.
@@ -488,7 +490,7 @@ if [ "$use_registry" = 1 ]; then
       { cat "$logs/trust-keys.log" >&2; fail "making the signing and encryption keys failed (openssl)"; }
     chmod 600 "$trust/sign.pem" "$trust/enc.pem" "$trust/secret"
     "$PY" -c 'import json, sys; json.dump({"default": [{"type": "reject"}], "transports": {"docker": {sys.argv[1]: [{"type": "sigstoreSigned", "keyPath": sys.argv[2]}]}}}, open(sys.argv[3], "w"))' \
-      "$(cat "$results/registry.host")/bench" "$trust/sign.pub" "$trust/policy.json"
+      "$reg_host/bench" "$trust/sign.pub" "$trust/policy.json"
     push_flags=(--sign-by-sigstore-private-key "$trust/sign.pem" --encryption-key "jwe:$trust/enc.pub"
                 --encryption-secret-file "$trust/secret")
     pull_flags+=(--policy "$trust/policy.json" --decryption-key "$trust/enc.pem")
@@ -498,13 +500,13 @@ if [ "$use_registry" = 1 ]; then
     2>"$logs/registry-push.err" || { cat "$logs/registry-push.err" >&2; fail "gpusnap push failed"; }
   # With the manifest's layers as the registry holds them: how many are encrypted.
   "$PY" - "$results/registry-push.raw" "$t0" "$(now)" "$results/registry-push.json" "$sealed" \
-    "$(cat "$results/registry.host")" <<'PYEOF' || fail "reading the pushed manifest back failed"
+    "$reg_host" "$repo" <<'PYEOF' || fail "reading the pushed manifest back failed"
 import json, sys, urllib.request
-raw, t0, t1, out, sealed, host = sys.argv[1:]
+raw, t0, t1, out, sealed, host, repo = sys.argv[1:]
 d = json.load(open(raw))
 d["wall_s"] = float(t1) - float(t0)
 d["sealed"] = sealed == "1"
-req = urllib.request.Request(f"http://{host}/v2/bench/server/manifests/v1",
+req = urllib.request.Request(f"http://{host}/v2/{repo}/manifests/v1",
                              headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
 with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=60) as r:
     layers = json.load(r)["layers"]
